@@ -1,0 +1,333 @@
+"""Doctor: what this machine is, and the environment problems the labs are known to trip on.
+
+Each check is a function returning a `Check`. Its inputs are parameters whose
+default, FROM_SYSTEM, means "read this machine", so a test passes the values
+of a broken machine instead of breaking a real one. torch and labkit.profile
+are imported lazily: the doctor must still run, and say so, when torch is
+missing.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import shutil
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+MIN_TORCH = (2, 5)
+SHM_MIN_BYTES = 1 << 30  # DataLoader workers pass batches through /dev/shm
+WIDGETS_PAIRS = {7: 1, 8: 3}  # ipywidgets major -> the jupyterlab_widgets major it speaks to
+WIDGETS_PIP = 'pip install "ipywidgets>=8.1,<9" "jupyterlab_widgets>=3,<4"'
+
+
+class _FromSystem:
+    """Default of a check's parameters: read the value from this machine."""
+
+    def __repr__(self) -> str:
+        return "FROM_SYSTEM"
+
+
+FROM_SYSTEM: Any = _FromSystem()
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one check; a failure carries a fix a student can act on."""
+
+    name: str  # short, e.g. "widgets"
+    ok: bool
+    detail: str  # what was seen
+    fix: str = ""  # what to do when not ok
+    severity: str = "error"  # "error" fails the doctor; "warning" is printed but does not
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What the doctor saw: the machine in three lines and the checks."""
+
+    torch: str  # torch version, or why it is missing
+    device: str  # GPU name and memory, or CPU cores and RAM
+    profile: str  # active labkit profile, or "?" when LABKIT_PROFILE is invalid
+    checks: tuple[Check, ...]
+
+    @property
+    def failures(self) -> list[Check]:
+        """Checks that did not pass, warnings included."""
+        return [c for c in self.checks if not c.ok]
+
+    @property
+    def ok(self) -> bool:
+        """True when no error-level check failed (warnings do not count)."""
+        return all(c.ok or c.severity == "warning" for c in self.checks)
+
+    def __str__(self) -> str:
+        passed = [c.name for c in self.checks if c.ok]
+        lines = [f"labkit doctor: {'ok' if self.ok else 'problems found'}",
+                 f"  torch    {self.torch}",
+                 f"  device   {self.device}",
+                 f"  profile  {self.profile}",
+                 f"  passed   {', '.join(passed) if passed else 'none'}"]
+        for c in self.failures:
+            label = "WARN" if c.severity == "warning" else "FAIL"
+            lines += [f"  {label} {c.name}: {c.detail}", f"       fix: {c.fix}"]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"DoctorReport(ok={self.ok}, checks={len(self.checks)}, "
+                f"failures={[c.name for c in self.failures]})")
+
+
+# -- reading the machine -------------------------------------------------------
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """Leading numeric parts of a version: "2.13.0+cpu" -> (2, 13, 0)."""
+    match = re.match(r"\d+(\.\d+)*", version.strip())
+    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
+
+
+def _installed_version(package: str) -> str | None:
+    """Installed version of a distribution, None when it is not installed."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_version() -> str | None:
+    """torch.__version__, None when torch does not import."""
+    try:
+        import torch
+    except Exception:  # a broken install raises more than ImportError (OSError on a missing .so)
+        return None
+    return str(torch.__version__)
+
+
+def _torch_cuda() -> tuple[str | None, bool, str]:
+    """(torch.version.cuda, torch.cuda.is_available(), any warning it raised) without printing it."""
+    try:
+        import torch
+    except Exception:
+        return None, False, ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available()  # warns "CUDA initialization: ..." on a driver mismatch
+    return torch.version.cuda, available, "; ".join(str(w.message).strip() for w in caught)
+
+
+def _gpu_visible() -> bool:
+    """Whether the system shows an NVIDIA GPU, whatever torch thinks."""
+    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
+
+
+def _in_kernel() -> bool:
+    """Whether this runs inside a Jupyter (IPython ZMQ) kernel; IPython is not imported here."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def _mpl_backend() -> str | None:
+    """matplotlib's backend name, None when matplotlib does not import."""
+    try:
+        import matplotlib
+    except Exception:
+        return None
+    return str(matplotlib.get_backend())
+
+
+def _shm_bytes(path: str = "/dev/shm") -> int | None:
+    """Size of the shared-memory filesystem, None where there is none (macOS, Windows)."""
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):
+        return None
+    return st.f_frsize * st.f_blocks
+
+
+def _active_profile() -> str:
+    """labkit.profile.profile(), imported late because it imports torch."""
+    from labkit.profile import profile
+    return profile()
+
+
+def parse_meminfo(text: str) -> int | None:
+    """Total RAM in bytes from the text of /proc/meminfo ("MemTotal: 16318412 kB")."""
+    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else None
+
+
+def _ram_bytes() -> int | None:
+    """Total RAM: /proc/meminfo on Linux, sysconf elsewhere, None when neither tells."""
+    try:
+        with open("/proc/meminfo") as f:
+            total = parse_meminfo(f.read())
+        if total:
+            return total
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _cpu_cores() -> int | None:
+    """Cores this process may run on (the affinity mask, which containers narrow), else all."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
+def describe_device() -> str:
+    """One line: the CUDA devices torch sees, else the CPU cores and RAM."""
+    try:
+        import torch
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        n_gpus = 0
+    if n_gpus:
+        props = torch.cuda.get_device_properties(0)
+        more = f" (x{n_gpus})" if n_gpus > 1 else ""
+        return f"GPU {props.name}, {props.total_memory / 2**30:.1f} GiB{more}"
+    ram = _ram_bytes()
+    ram_text = f"{ram / 2**30:.1f} GiB RAM" if ram else "RAM unknown"
+    return f"CPU, {_cpu_cores() or '?'} cores, {ram_text}"
+
+
+# -- the checks ----------------------------------------------------------------
+
+def check_torch(version: str | None = FROM_SYSTEM) -> Check:
+    """torch imports and is at least MIN_TORCH (`version` None: it does not import)."""
+    version = _torch_version() if version is FROM_SYSTEM else version
+    wanted = ".".join(map(str, MIN_TORCH))
+    fix = f'pip install "torch>={wanted}" (or `make lab`, which installs the pinned version)'
+    if version is None:
+        return Check("torch", False, "torch does not import", fix)
+    if _version_tuple(version)[:2] < MIN_TORCH:
+        return Check("torch", False, f"torch {version} is older than {wanted}", fix)
+    return Check("torch", True, f"torch {version}")
+
+
+def check_profile(resolve: Callable[[], str] = _active_profile) -> Check:
+    """LABKIT_PROFILE, when set, names a profile this machine can run."""
+    try:
+        name = resolve()
+    except (ValueError, ImportError) as exc:
+        return Check("profile", False, str(exc),
+                     "unset LABKIT_PROFILE or set it to tiny, cpu or gpu (gpu needs CUDA)")
+    return Check("profile", True, f"profile {name}")
+
+
+def check_widgets(ipywidgets: str | None = FROM_SYSTEM,
+                  jupyterlab_widgets: str | None = FROM_SYSTEM) -> Check:
+    """ipywidgets and jupyterlab_widgets are installed in majors that speak to each other."""
+    if ipywidgets is FROM_SYSTEM:
+        ipywidgets = _installed_version("ipywidgets")
+    if jupyterlab_widgets is FROM_SYSTEM:
+        jupyterlab_widgets = _installed_version("jupyterlab_widgets")
+    missing = [name for name, v in (("ipywidgets", ipywidgets),
+                                    ("jupyterlab_widgets", jupyterlab_widgets)) if v is None]
+    if missing:
+        return Check("widgets", False, f"{' and '.join(missing)} not installed",
+                     f"{WIDGETS_PIP}, then restart JupyterLab")
+    found = f"ipywidgets {ipywidgets}, jupyterlab_widgets {jupyterlab_widgets}"
+    widgets_major = _version_tuple(ipywidgets or "")[:1]
+    lab_major = _version_tuple(jupyterlab_widgets or "")[:1]
+    wanted = WIDGETS_PAIRS.get(widgets_major[0]) if widgets_major else None
+    if wanted is not None and lab_major != (wanted,):
+        return Check("widgets", False,
+                     f"{found}: ipywidgets {widgets_major[0]} needs jupyterlab_widgets {wanted} "
+                     '(Lab shows "Error displaying widget: model not found")',
+                     f"{WIDGETS_PIP}, then restart JupyterLab (not only the kernel)")
+    return Check("widgets", True, found)
+
+
+def check_backend(backend: str | None = FROM_SYSTEM, in_kernel: bool = FROM_SYSTEM) -> Check:
+    """In a notebook kernel, matplotlib draws inline or with ipympl; on the command line anything goes."""
+    backend = _mpl_backend() if backend is FROM_SYSTEM else backend
+    in_kernel = _in_kernel() if in_kernel is FROM_SYSTEM else in_kernel
+    if backend is None:
+        return Check("matplotlib", False, "matplotlib does not import", 'pip install "matplotlib>=3.8"')
+    if not in_kernel:
+        return Check("matplotlib", True, f"backend {backend} (command line)")
+    lowered = backend.lower()
+    if any(word in lowered for word in ("inline", "widget", "ipympl")):
+        return Check("matplotlib", True, f"backend {backend}")
+    why = ("`%matplotlib notebook` does not work in JupyterLab"
+           if "nbagg" in lowered or "notebook" in lowered else "figures will not show in the notebook")
+    return Check("matplotlib", False, f"backend {backend} in a Jupyter kernel: {why}",
+                 "run `%matplotlib inline` (or `%matplotlib widget` with ipympl installed) instead; "
+                 "restart the kernel if figures still do not show")
+
+
+def check_cuda(gpu_visible: bool = FROM_SYSTEM, cuda_version: str | None = FROM_SYSTEM,
+               cuda_available: bool = FROM_SYSTEM, warning: str = "") -> Check:
+    """When the system shows an NVIDIA GPU, torch is a CUDA build that can use it."""
+    if gpu_visible is FROM_SYSTEM:
+        gpu_visible = _gpu_visible()
+    if cuda_version is FROM_SYSTEM or cuda_available is FROM_SYSTEM:
+        read_version, read_available, read_warning = _torch_cuda()
+        cuda_version = read_version if cuda_version is FROM_SYSTEM else cuda_version
+        if cuda_available is FROM_SYSTEM:
+            cuda_available, warning = read_available, read_warning
+    if not gpu_visible:
+        return Check("cuda", True, "no NVIDIA GPU visible; the labs run at CPU sizes")
+    if cuda_version is None:
+        return Check("cuda", False, "an NVIDIA GPU is visible but torch is a CPU-only build",
+                     "install the CUDA wheel from pytorch.org's install selector, choosing a "
+                     "CUDA version the driver supports (`nvidia-smi` shows it), then restart the kernel")
+    if not cuda_available:
+        seen = f": {warning}" if warning else ""
+        return Check("cuda", False,
+                     f"torch is built for CUDA {cuda_version} but cannot use the GPU{seen}",
+                     "the driver is likely older than that CUDA; install the CUDA wheel from "
+                     "pytorch.org's install selector for the CUDA version `nvidia-smi` shows "
+                     "(or update the driver), then restart the kernel")
+    return Check("cuda", True, f"CUDA {cuda_version} build, GPU available")
+
+
+def check_shm(size_bytes: int | None = FROM_SYSTEM) -> Check:
+    """/dev/shm, where there is one, holds at least SHM_MIN_BYTES (a warning, not an error)."""
+    size_bytes = _shm_bytes() if size_bytes is FROM_SYSTEM else size_bytes
+    if size_bytes is None:
+        return Check("shm", True, "no /dev/shm (fine on macOS and Windows)")
+    size = f"/dev/shm is {size_bytes / 2**20:.0f} MiB"
+    if size_bytes < SHM_MIN_BYTES:
+        return Check("shm", False,
+                     f"{size}; DataLoader workers can crash with \"bus error\"",
+                     "in Docker, run with `--shm-size=2g` or `--ipc=host`; or use num_workers=0",
+                     severity="warning")
+    return Check("shm", True, size)
+
+
+CHECKS: tuple[Callable[[], Check], ...] = (
+    check_torch, check_profile, check_widgets, check_backend, check_cuda, check_shm)
+
+
+def _profile_line(checks: tuple[Check, ...]) -> str:
+    """The active profile's name from the profile check, "?" when it failed."""
+    for c in checks:
+        if c.name == "profile":
+            return c.detail.removeprefix("profile ") if c.ok else "? (see profile below)"
+    return "?"
+
+
+def doctor(verbose: bool = True) -> DoctorReport:
+    """Describe this machine, run every check, print a short report (when verbose) and return it."""
+    checks = tuple(check() for check in CHECKS)
+    version = _torch_version()
+    report = DoctorReport(torch=version or "not importable", device=describe_device(),
+                          profile=_profile_line(checks), checks=checks)
+    if verbose:
+        print(report)
+    return report
+
+
+def main() -> int:
+    """`python -m labkit doctor`: print the report; exit status 0 when nothing is broken, else 1."""
+    return 0 if doctor(verbose=True).ok else 1

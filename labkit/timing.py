@@ -1,0 +1,230 @@
+"""Timing: warm-up, repeats, median and spread; an A/B comparison that alternates.
+
+Rules (see DESIGN.md, "Measuring honestly"):
+1. Warm up first: the first calls pay for allocator growth, kernel selection
+   and lazy initialisation, which is not what a lab is asking about.
+2. Report the median and half the interquartile range, never the mean: one
+   call preempted by another process on a shared machine moves the mean a lot
+   and the median hardly at all.
+3. Compare A and B in one run, interleaved A B B A A B ...: a shared machine
+   drifts (clocks, neighbours, thermals) over seconds, and interleaving makes
+   the drift hit both sides alike. The ratio is taken pair by pair.
+4. On CUDA the host returns before the kernels finish, so a host clock measures
+   the launch, not the work. Time with CUDA events and synchronize.
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterable
+
+import torch
+
+Clock = Callable[[], float]  # seconds, monotonic: time.perf_counter or a fake in tests
+
+
+def _quartiles(samples: list[float]) -> tuple[float, float]:
+    """(q25, q75) by linear interpolation, as numpy's default; one sample is its own quartiles."""
+    if len(samples) == 1:
+        return samples[0], samples[0]
+    q25, _, q75 = statistics.quantiles(samples, n=4, method="inclusive")
+    return q25, q75
+
+
+def _format_seconds(seconds: float) -> tuple[str, float]:
+    """The unit that suits `seconds` and its scale: ("ms", 1e3) for 0.0123."""
+    for unit, scale in (("s", 1.0), ("ms", 1e3), ("µs", 1e6)):
+        if abs(seconds) >= 1.0 / scale:
+            return unit, scale
+    return "ns", 1e9
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call of one function: the samples and their median and spread."""
+
+    samples: list[float]  # seconds per timed call, in the order measured
+
+    @property
+    def n(self) -> int:
+        """Number of timed calls."""
+        return len(self.samples)
+
+    @property
+    def median(self) -> float:
+        """Median seconds per call (see Rule 2)."""
+        return statistics.median(self.samples)
+
+    @property
+    def q25(self) -> float:
+        """First quartile of the samples, in seconds."""
+        return _quartiles(self.samples)[0]
+
+    @property
+    def q75(self) -> float:
+        """Third quartile of the samples, in seconds."""
+        return _quartiles(self.samples)[1]
+
+    @property
+    def spread(self) -> float:
+        """Half the interquartile range, in seconds: the "±" of __str__."""
+        return (self.q75 - self.q25) / 2
+
+    def __str__(self) -> str:
+        unit, scale = _format_seconds(self.median)
+        return (f"{self.median * scale:.3g} {unit} ± {self.spread * scale:.2g} "
+                f"(median, IQR/2, n={self.n})")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A/B timings taken interleaved, and the ratio B/A of each pair."""
+
+    times_a: list[float]  # seconds per call of fn_a, pair i at index i
+    times_b: list[float]  # seconds per call of fn_b, pair i at index i
+
+    @property
+    def ratios(self) -> list[float]:
+        """time_b / time_a of each pair: above 1 means B is slower."""
+        return [b / a for a, b in zip(self.times_a, self.times_b)]
+
+    @property
+    def ratio(self) -> float:
+        """Median of the pairwise ratios time_b / time_a."""
+        return statistics.median(self.ratios)
+
+    @property
+    def a(self) -> Timing:
+        """The A side as a Timing."""
+        return Timing(self.times_a)
+
+    @property
+    def b(self) -> Timing:
+        """The B side as a Timing."""
+        return Timing(self.times_b)
+
+    def __str__(self) -> str:
+        q25, q75 = _quartiles(self.ratios)
+        return (f"B/A = {self.ratio:.3g}× ± {(q75 - q25) / 2:.2g} "
+                f"(median of {len(self.ratios)} paired ratios, IQR/2); A {self.a}; B {self.b}")
+
+
+def _check_counts(warmup: object, repeats: object) -> None:
+    """Raise if warmup is not an int >= 0 or repeats not an int >= 1."""
+    for name, value, least in (("warmup", warmup, 0), ("repeats", repeats, 1)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int >= {least}, got {value!r} "
+                            f"of type {type(value).__name__}")
+        if value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+
+
+def _check_callable(fn: object, name: str = "fn") -> None:
+    """Raise TypeError naming the type when `fn` cannot be called."""
+    if not callable(fn):
+        raise TypeError(f"{name} must be callable (a function, lambda or nn.Module), "
+                        f"got {type(fn).__name__}: {fn!r:.60}")
+
+
+def _tensors(values: Iterable[Any]) -> Iterable[torch.Tensor]:
+    """Tensors among `values`, looking one level into lists, tuples and dicts, and into modules."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, torch.nn.Module):
+            yield from value.parameters()
+            yield from value.buffers()
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, torch.Tensor))
+        elif isinstance(value, dict):
+            yield from (v for v in value.values() if isinstance(v, torch.Tensor))
+
+
+def resolve_device(device: str | torch.device | None, *values: Any) -> torch.device:
+    """The device to time on: `device` if given, else the first CUDA tensor among `values`, else CPU."""
+    if device is not None:
+        device = torch.device(device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r} but torch sees no CUDA device; "
+                             "pass device='cpu' or leave it None")
+        return device
+    for tensor in _tensors(values):
+        if tensor.device.type == "cuda":
+            return tensor.device
+    return torch.device("cpu")
+
+
+def _time_call(call: Callable[[], Any], device: torch.device, clock: Clock) -> float:
+    """Seconds one call takes: CUDA events on a CUDA device (Rule 4), else `clock`."""
+    if device.type == "cuda":
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3  # elapsed_time is in ms
+    t0 = clock()
+    call()
+    return clock() - t0
+
+
+def _on(device: torch.device) -> ContextManager[Any]:
+    """Make `device` current, so events record on its stream; nothing to do on CPU."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _settle(device: torch.device) -> None:
+    """Wait for queued work (warm-up kernels) so it is not billed to the first timed call."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def benchmark(fn: Callable[..., Any], *args: Any, warmup: int = 2, repeats: int = 7,
+              device: str | torch.device | None = None, clock: Clock = time.perf_counter,
+              **kwargs: Any) -> Timing:
+    """Time `fn(*args, **kwargs)`: `warmup` untimed calls, then `repeats` timed ones.
+
+    The device is `device`, else CUDA when any tensor in the arguments (or a
+    parameter of `fn`, when it is an nn.Module) is on CUDA, else CPU. On CUDA
+    each call is timed with CUDA events; on CPU with `clock` (seconds). The
+    names warmup, repeats, device and clock are taken by benchmark itself, so
+    `fn` cannot receive keyword arguments of those names through it.
+    """
+    _check_callable(fn)
+    _check_counts(warmup, repeats)
+    device = resolve_device(device, fn, *args, *kwargs.values())
+    with _on(device):
+        for _ in range(warmup):
+            fn(*args, **kwargs)
+        _settle(device)
+        samples = [_time_call(lambda: fn(*args, **kwargs), device, clock) for _ in range(repeats)]
+    return Timing(samples)
+
+
+def compare(fn_a: Callable[[], Any], fn_b: Callable[[], Any], repeats: int = 7, warmup: int = 2,
+            device: str | torch.device | None = None, clock: Clock = time.perf_counter) -> Comparison:
+    """Time two zero-argument functions interleaved; `ratio` is time_b / time_a (above 1: B is slower).
+
+    Both are warmed up, then timed in `repeats` pairs whose order alternates,
+    A B, B A, A B, ... (see Rule 3). The functions are closures, so their
+    tensors are hidden: pass device="cuda" for GPU work (modules are inspected).
+    """
+    _check_callable(fn_a, "fn_a")
+    _check_callable(fn_b, "fn_b")
+    _check_counts(warmup, repeats)
+    device = resolve_device(device, fn_a, fn_b)
+    times_a: list[float] = []
+    times_b: list[float] = []
+    order = ((fn_a, times_a), (fn_b, times_b))
+    with _on(device):
+        for _ in range(warmup):
+            fn_a()
+            fn_b()
+        _settle(device)
+        for i in range(repeats):
+            for fn, times in order if i % 2 == 0 else order[::-1]:
+                times.append(_time_call(fn, device, clock))
+    return Comparison(times_a, times_b)

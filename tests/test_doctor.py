@@ -1,0 +1,246 @@
+"""doctor: every failure path with injected values; the real machine only for shape, never for verdicts."""
+from __future__ import annotations
+
+import pytest
+
+from labkit import doctor as dr
+from labkit.doctor import Check, DoctorReport
+
+
+# -- torch -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", ["2.5.0", "2.13.0+cpu", "2.6.0.dev20250101", "3.0"])
+def test_torch_recent_enough(version):
+    assert dr.check_torch(version).ok
+
+
+@pytest.mark.parametrize("version, detail", [
+    (None, "torch does not import"),
+    ("2.4.1", "torch 2.4.1 is older than 2.5"),
+    ("1.13.1+cu117", "older than 2.5"),
+])
+def test_torch_missing_or_old_fails_with_pip_fix(version, detail):
+    c = dr.check_torch(version)
+    assert not c.ok and detail in c.detail
+    assert 'pip install "torch>=2.5"' in c.fix
+
+
+# -- profile ---------------------------------------------------------------------
+
+def test_profile_ok():
+    c = dr.check_profile(lambda: "tiny")
+    assert c.ok and c.detail == "profile tiny"
+
+
+def test_profile_invalid_is_reported_not_raised(monkeypatch):
+    monkeypatch.setenv("LABKIT_PROFILE", "huge")
+    c = dr.check_profile()  # the real labkit.profile.profile(), reading the patched variable
+    assert not c.ok
+    assert "LABKIT_PROFILE='huge' is not a profile" in c.detail
+    assert "unset LABKIT_PROFILE" in c.fix
+
+
+def test_profile_without_torch_is_reported():
+    def resolve():
+        raise ImportError("No module named 'torch'")
+
+    c = dr.check_profile(resolve)
+    assert not c.ok and "torch" in c.detail
+
+
+# -- widgets -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("ipywidgets, lab", [("8.1.5", "3.0.13"), ("7.8.1", "1.1.7"), ("9.0.0", "4.0.0")])
+def test_widgets_matching_majors(ipywidgets, lab):
+    c = dr.check_widgets(ipywidgets, lab)
+    assert c.ok and ipywidgets in c.detail
+
+
+@pytest.mark.parametrize("ipywidgets, lab, needs", [
+    ("8.1.5", "1.1.7", "ipywidgets 8 needs jupyterlab_widgets 3"),
+    ("7.8.1", "3.0.13", "ipywidgets 7 needs jupyterlab_widgets 1"),
+])
+def test_widgets_mismatch_names_the_symptom_and_fix(ipywidgets, lab, needs):
+    c = dr.check_widgets(ipywidgets, lab)
+    assert not c.ok
+    assert needs in c.detail and "model not found" in c.detail
+    assert "pip install" in c.fix and "restart JupyterLab" in c.fix
+
+
+@pytest.mark.parametrize("ipywidgets, lab, missing", [
+    (None, "3.0.13", "ipywidgets not installed"),
+    ("8.1.5", None, "jupyterlab_widgets not installed"),
+    (None, None, "ipywidgets and jupyterlab_widgets not installed"),
+])
+def test_widgets_missing_is_a_failure_with_pip_command(ipywidgets, lab, missing):
+    c = dr.check_widgets(ipywidgets, lab)
+    assert not c.ok and c.detail == missing
+    assert c.fix.startswith('pip install "ipywidgets')
+
+
+def test_widgets_reads_installed_versions_by_default():
+    c = dr.check_widgets()
+    assert c.name == "widgets" and "ipywidgets" in c.detail  # the venv has both installed
+
+
+# -- matplotlib backend ------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", [
+    "module://matplotlib_inline.backend_inline", "inline", "widget", "module://ipympl.backend_nbagg"])
+def test_backend_inline_or_ipympl_in_a_kernel(backend):
+    assert dr.check_backend(backend, in_kernel=True).ok
+
+
+def test_backend_notebook_fails_in_a_kernel():
+    c = dr.check_backend("nbAgg", in_kernel=True)
+    assert not c.ok
+    assert "%matplotlib notebook` does not work in JupyterLab" in c.detail
+    assert "%matplotlib inline" in c.fix
+
+
+@pytest.mark.parametrize("backend", ["agg", "QtAgg"])
+def test_backend_that_shows_nothing_fails_in_a_kernel(backend):
+    c = dr.check_backend(backend, in_kernel=True)
+    assert not c.ok and "will not show" in c.detail
+
+
+@pytest.mark.parametrize("backend", ["agg", "nbAgg", "TkAgg"])
+def test_backend_anything_goes_on_the_command_line(backend):
+    c = dr.check_backend(backend, in_kernel=False)
+    assert c.ok and backend in c.detail
+
+
+def test_backend_without_matplotlib():
+    c = dr.check_backend(None, in_kernel=True)
+    assert not c.ok and "pip install" in c.fix
+
+
+def test_pytest_is_not_a_kernel():
+    assert dr._in_kernel() is False
+
+
+# -- CUDA build --------------------------------------------------------------------
+
+def test_cuda_no_gpu_is_fine():
+    assert dr.check_cuda(gpu_visible=False, cuda_version=None, cuda_available=False).ok
+
+
+def test_cuda_gpu_with_cuda_build_is_fine():
+    assert dr.check_cuda(gpu_visible=True, cuda_version="12.8", cuda_available=True).ok
+
+
+def test_cuda_gpu_with_cpu_only_torch_fails():
+    c = dr.check_cuda(gpu_visible=True, cuda_version=None, cuda_available=False)
+    assert not c.ok and "CPU-only build" in c.detail
+    assert "CUDA wheel from pytorch.org's install selector" in c.fix
+    assert "http" not in c.fix and "--index-url" not in c.fix
+
+
+def test_cuda_build_that_cannot_reach_the_gpu_fails_and_shows_the_warning():
+    c = dr.check_cuda(gpu_visible=True, cuda_version="12.8", cuda_available=False,
+                      warning="CUDA initialization: The NVIDIA driver on your system is too old")
+    assert not c.ok
+    assert "built for CUDA 12.8" in c.detail and "driver on your system is too old" in c.detail
+    assert "install selector" in c.fix and "http" not in c.fix
+
+
+def test_cuda_probe_swallows_warnings(recwarn):
+    version, available, _ = dr._torch_cuda()
+    assert isinstance(available, bool)
+    assert len(recwarn) == 0  # nothing reaches stderr from the probe
+
+
+# -- /dev/shm ----------------------------------------------------------------------
+
+def test_shm_absent_is_fine():
+    c = dr.check_shm(None)
+    assert c.ok and "no /dev/shm" in c.detail
+
+
+def test_shm_large_is_fine():
+    assert dr.check_shm(8 * 2**30).ok
+
+
+def test_shm_docker_default_is_a_warning_with_the_docker_fix():
+    c = dr.check_shm(64 * 2**20)
+    assert not c.ok and c.severity == "warning"
+    assert "64 MiB" in c.detail and "bus error" in c.detail
+    assert "--shm-size=2g" in c.fix and "--ipc=host" in c.fix
+
+
+def test_shm_threshold_is_one_gib():
+    assert dr.check_shm(2**30).ok
+    assert not dr.check_shm(2**30 - 1).ok
+
+
+def test_shm_size_of_a_missing_path_is_none():
+    assert dr._shm_bytes("/no/such/dir") is None
+
+
+# -- machine description ---------------------------------------------------------
+
+def test_parse_meminfo():
+    text = "MemTotal:       16318412 kB\nMemFree:         1234 kB\n"
+    assert dr.parse_meminfo(text) == 16318412 * 1024
+    assert dr.parse_meminfo("nothing here") is None
+
+
+def test_describe_device_is_one_line():
+    line = dr.describe_device()
+    assert "\n" not in line and (line.startswith("CPU, ") or line.startswith("GPU "))
+
+
+# -- the report --------------------------------------------------------------------
+
+def report(*checks: Check) -> DoctorReport:
+    return DoctorReport(torch="2.13.0", device="CPU, 4 cores, 8.0 GiB RAM", profile="cpu", checks=checks)
+
+
+def test_report_ok_ignores_warnings_but_not_errors():
+    good = Check("torch", True, "torch 2.13.0")
+    warn = Check("shm", False, "small", "bigger", severity="warning")
+    bad = Check("widgets", False, "mismatch", "pip install it")
+    assert report(good, warn).ok
+    assert not report(good, warn, bad).ok
+    assert report(good, warn, bad).failures == [warn, bad]
+
+
+def test_report_text_is_short_and_shows_each_fix():
+    text = str(report(Check("torch", True, "torch 2.13.0"), Check("profile", True, "profile cpu"),
+                      Check("widgets", False, "mismatch", "pip install it"),
+                      Check("shm", False, "small", "bigger", severity="warning")))
+    lines = text.splitlines()
+    assert lines[0] == "labkit doctor: problems found"
+    assert "  passed   torch, profile" in lines
+    assert "  FAIL widgets: mismatch" in lines and "       fix: pip install it" in lines
+    assert "  WARN shm: small" in lines
+    assert len(lines) <= 10
+
+
+def test_doctor_on_this_machine_prints_a_few_lines_and_no_stderr(capsys):
+    result = dr.doctor()
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.strip() == str(result)
+    assert 5 <= len(out.splitlines()) <= 12
+    assert {c.name for c in result.checks} == {"torch", "profile", "widgets", "matplotlib", "cuda", "shm"}
+
+
+def test_doctor_quiet_prints_nothing(capsys):
+    dr.doctor(verbose=False)
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("ok, status", [(True, 0), (False, 1)])
+def test_main_exit_status_follows_the_report(monkeypatch, capsys, ok, status):
+    checks = (Check("torch", ok, "torch", "fix it"),)
+    monkeypatch.setattr(dr, "CHECKS", tuple(lambda c=c: c for c in checks))
+    assert dr.main() == status
+    assert "torch" in capsys.readouterr().out
+
+
+def test_invalid_profile_shows_in_the_header(monkeypatch, capsys):
+    monkeypatch.setenv("LABKIT_PROFILE", "huge")
+    result = dr.doctor()
+    assert result.profile.startswith("?") and not result.ok
+    assert "FAIL profile" in capsys.readouterr().out
