@@ -1,0 +1,11 @@
+"""Exercise checkers, one module per lab; `lk.checks.ex_N_M` checks Exercise N.M.
+
+A checker prints one line when it passes. Otherwise it raises a CheckFailure
+(an AssertionError): `[ex 2.1] what was checked: expected X, got Y.` and one
+hint; an exercise whose stub is still in place raises NotAttempted instead of
+a traceback from deep inside the check.
+"""
+from labkit.checks.base import CheckFailure, NotAttempted, attempt, passed
+from labkit.checks.lab00 import ex_0_1
+
+__all__ = ["CheckFailure", "NotAttempted", "attempt", "passed", "ex_0_1"]

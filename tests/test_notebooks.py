@@ -1,0 +1,94 @@
+"""Student notebooks and grading, the nbval way (DESIGN.md, "Notebooks under nbval").
+
+* Every student notebook, run top to bottom, fails only where an exercise stub
+  raises NotImplementedError or a checker reports "not attempted", and every
+  checker cell fails.
+* A completed notebook graded with `pytest --nbval-lax` passes exactly when its
+  checker cells pass: the solutions pass whole; a planted wrong answer fails
+  its checker cell and nothing else.
+These run under the `tiny` profile: grading checks behaviour, not figures.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDENT = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
+CHECKER_CALL = "lk.checks.ex_"
+ALLOWED = ("NotImplementedError: Exercise ", "NotAttempted: [ex ")
+
+pytestmark = pytest.mark.slow
+
+
+def grade(notebook: Path, tmp_path: Path) -> dict[int, str | None]:
+    """Run `pytest --nbval-lax` on a notebook; map code-cell index -> failure text (None if passed)."""
+    report = tmp_path / f"{notebook.stem}.xml"
+    env = dict(os.environ, LABKIT_PROFILE="tiny", PYTHONHASHSEED="0")
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                    "--nbval-current-env", f"--junitxml={report}", str(notebook)],
+                   cwd=notebook.parent, env=env, capture_output=True, text=True, timeout=900)
+    results = {}
+    for case in ET.parse(report).iter("testcase"):
+        index = int(case.get("name").split()[-1])  # nbval names items "Cell N", N the code-cell index
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        results[index] = None if failure is None else (failure.get("message", "") + (failure.text or ""))
+    return results
+
+
+def code_cells(notebook: Path) -> list[str]:
+    """Sources of the code cells, in nbval's numbering."""
+    return [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+
+
+@pytest.mark.parametrize("notebook", STUDENT, ids=[p.name for p in STUDENT])
+def test_untouched_student_notebook_fails_only_at_stubs_and_checkers(notebook, tmp_path):
+    results = grade(notebook, tmp_path)
+    sources = code_cells(notebook)
+    assert len(results) == len(sources), "nbval did not run every code cell"
+    for index, failure in results.items():
+        if failure is not None:
+            assert any(a in failure for a in ALLOWED), f"{notebook.name} code cell {index} failed otherwise:\n{failure[-1500:]}"
+        if CHECKER_CALL in sources[index]:
+            assert failure is not None and "not attempted" in failure, f"checker cell {index} did not report 'not attempted'"
+    assert any(CHECKER_CALL in s for s in sources), f"{notebook.name} has no checker cell"
+
+
+def completed(solution: Path, tmp_path: Path) -> Path:
+    """A student's completed notebook: the solution's sources, no outputs."""
+    nb = nbformat.read(solution, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    path = tmp_path / solution.name
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.name for p in SOLUTIONS])
+def test_completed_notebook_passes_grading(solution, tmp_path):
+    results = grade(completed(solution, tmp_path), tmp_path)
+    failed = {i: f for i, f in results.items() if f is not None}
+    assert not failed, f"{solution.name}: cells failed under --nbval-lax: {sorted(failed)}\n{next(iter(failed.values()), '')[-1500:]}"
+
+
+def test_wrong_answer_fails_exactly_its_checker_cell(tmp_path):
+    path = completed(ROOT / "solutions" / "00_start_here.ipynb", tmp_path)
+    nb = nbformat.read(path, as_version=4)
+    (cell,) = [c for c in nb.cells if "def tensor_bytes" in c.source]
+    cell.source = cell.source.replace("t.numel() * t.element_size()", "t.numel() * 4")
+    nbformat.write(nb, path)
+    results = grade(path, tmp_path)
+    failed = [i for i, f in results.items() if f is not None]
+    sources = code_cells(path)
+    assert len(failed) == 1 and CHECKER_CALL in sources[failed[0]]
+    assert "[ex 0.1] bytes of a torch.bfloat16 tensor" in results[failed[0]]

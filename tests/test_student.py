@@ -1,0 +1,151 @@
+"""The solution -> student generator: stubs, cleared outputs, exports, and its errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from labkit import student
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_nb(*cells) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=list(cells))
+    for i, c in enumerate(nb.cells):
+        c["id"] = f"c{i}"
+    return nb
+
+
+def solved_cell(body: str) -> nbformat.NotebookNode:
+    cell = new_code_cell(body, execution_count=3)
+    cell.outputs = [new_output("stream", name="stdout", text="42\n")]
+    return cell
+
+
+def test_region_becomes_stub_at_its_indentation():
+    src = "def f(x):\n    \"\"\"Spec.\"\"\"\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n    ### END SOLUTION\n"
+    out = student.stub_source(src, student.Exercise("2.1", "add one"), "nb, cell 0")
+    assert out == 'def f(x):\n    """Spec."""\n    # YOUR CODE HERE\n    raise NotImplementedError("Exercise 2.1: add one")'
+    ns: dict = {}
+    exec(out, ns)
+    with pytest.raises(NotImplementedError, match="Exercise 2.1: add one"):
+        ns["f"](1)
+
+
+def test_student_view_clears_outputs_and_keeps_everything_else():
+    nb = make_nb(new_markdown_cell("## Exercise 1.2: double it"),
+                 solved_cell("def f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+                 solved_cell("print(42)"))
+    view = student.student_view(nb, "t.ipynb")
+    assert view.cells[0] == nb.cells[0]
+    assert "Exercise 1.2: double it" in view.cells[1].source and "2 * x" not in view.cells[1].source
+    assert view.cells[2].source == "print(42)"
+    for cell in view.cells[1:]:
+        assert cell.outputs == [] and cell.execution_count is None
+    assert nb.cells[1].outputs, "the solution notebook itself must not be modified"
+
+
+def test_export_cells_form_the_reference_module():
+    nb = make_nb(new_markdown_cell("## Exercise 1.1: g"),
+                 new_code_cell("#| export\ndef g():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"),
+                 new_code_cell("g()"))
+    text = student.reference_module(nb, "solutions/01_x.ipynb")
+    assert "do not edit" in text and "def g():\n    return 1\n" in text and "BEGIN" not in text
+    ns: dict = {}
+    exec(text, ns)
+    assert ns["g"]() == 1
+    assert student.module_name(Path("01_x.ipynb")) == "x.py"
+    assert student.reference_module(make_nb(new_code_cell("1")), "n") is None
+
+
+@pytest.mark.parametrize("body, message", [
+    ("def f():\n    ### BEGIN SOLUTION\n    return 1\n", "line 2: ### BEGIN SOLUTION is never closed"),
+    ("def f():\n    return 1\n    ### END SOLUTION\n", "line 3: ### END SOLUTION without"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n", "line 2: ### BEGIN SOLUTION inside"),
+])
+def test_bad_markers_name_notebook_cell_and_line(body, message):
+    nb = make_nb(new_markdown_cell("## Exercise 1.1: x"), new_code_cell("1"), new_code_cell(body))
+    with pytest.raises(student.NotebookError, match=f"t.ipynb, cell 2, {message}"):
+        student.student_view(nb, "t.ipynb")
+
+
+def test_region_without_exercise_heading_is_an_error():
+    nb = make_nb(new_code_cell("### BEGIN SOLUTION\nx = 1\n### END SOLUTION"))
+    with pytest.raises(student.NotebookError, match="cell 0: a solution region with no '## Exercise"):
+        student.student_view(nb, "t.ipynb")
+
+
+def kit(tmp_path: Path, solution_text: str) -> Path:
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "solutions" / "01_demo.ipynb").write_text(solution_text)
+    return tmp_path
+
+
+def good_solution() -> str:
+    return nbformat.writes(make_nb(new_markdown_cell("## Exercise 1.1: one"),
+                                   solved_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION")))
+
+
+def test_write_then_check_is_clean_and_detects_drift(tmp_path):
+    root = kit(tmp_path, good_solution())
+    assert student.check(root) == ["notebooks/01_demo.ipynb: missing"]
+    student.write(root)
+    assert student.check(root) == []
+    nb = nbformat.read(root / "notebooks" / "01_demo.ipynb", as_version=4)
+    nb.cells[1].source += "\n# edited by hand"
+    nbformat.write(nb, root / "notebooks" / "01_demo.ipynb")
+    assert student.check(root) == ["notebooks/01_demo.ipynb: out of date (cell 1 differs from the solution's student view)"]
+
+
+def test_check_reports_leaked_markers_and_orphans(tmp_path):
+    root = kit(tmp_path, good_solution())
+    student.write(root)
+    leaked = make_nb(new_code_cell("### BEGIN SOLUTION\nsecret = 1\n### END SOLUTION"))
+    nbformat.write(leaked, root / "notebooks" / "02_orphan.ipynb")
+    problems = student.check(root)
+    assert "notebooks/02_orphan.ipynb: no solutions/02_orphan.ipynb to generate it from" in problems
+    assert "notebooks/02_orphan.ipynb, cell 0: a solution marker leaked" in problems
+
+
+def run_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    code = ("import sys, labkit.__main__ as m; from pathlib import Path; "
+            f"m.ROOT = Path({str(root)!r}); sys.exit(m.main({list(args)!r}))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_cli_unclosed_marker_fails_and_writes_nothing(tmp_path):
+    bad = make_nb(new_markdown_cell("## Exercise 1.1: one"), new_code_cell("x = 1\n### BEGIN SOLUTION\ny = 2\n"))
+    root = kit(tmp_path, nbformat.writes(bad))
+    result = run_cli(root, "student")
+    assert result.returncode == 2
+    assert "solutions/01_demo.ipynb, cell 1, line 2: ### BEGIN SOLUTION is never closed" in result.stderr
+    assert "nothing was written" in result.stderr
+    assert list((root / "notebooks").iterdir()) == []
+
+
+def test_cli_invalid_json_names_the_file_and_writes_nothing(tmp_path):
+    root = kit(tmp_path, good_solution())
+    (root / "solutions" / "02_broken.ipynb").write_text('{"cells": [')
+    result = run_cli(root, "student")
+    assert result.returncode == 2
+    assert "02_broken.ipynb: not a valid notebook" in result.stderr
+    assert list((root / "notebooks").iterdir()) == []
+
+
+def test_cli_check_exits_nonzero_when_stale(tmp_path):
+    root = kit(tmp_path, good_solution())
+    result = run_cli(root, "student", "--check")
+    assert result.returncode == 1 and "notebooks/01_demo.ipynb: missing" in result.stderr
+    assert run_cli(root, "student").returncode == 0
+    assert run_cli(root, "student", "--check").returncode == 0
+
+
+def test_repository_views_are_current():
+    assert student.check(ROOT) == []
