@@ -3,6 +3,16 @@
 Notebooks use it as ``import labkit as lk``; this file is that surface.
 """
 from labkit import checks
+from labkit.doctor import doctor
+from labkit.models import (
+    GPTConfig, GPTStack, GPTBlock, MLPChain, MLPConfig, gpt_input, korthikanti_bytes,
+    korthikanti_terms, mlp_input, parameter_bytes,
+)
 from labkit.profile import PROFILES, Sizes, profile, sizes
+from labkit.timing import benchmark, compare
 
-__all__ = ["PROFILES", "Sizes", "checks", "profile", "sizes"]
+__all__ = [
+    "PROFILES", "Sizes", "checks", "doctor", "profile", "sizes", "benchmark", "compare",
+    "GPTConfig", "GPTStack", "GPTBlock", "MLPChain", "MLPConfig", "gpt_input", "mlp_input",
+    "korthikanti_bytes", "korthikanti_terms", "parameter_bytes",
+]

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import doctor as dr
+import importlib
+
+dr = importlib.import_module("labkit.doctor")  # `labkit.doctor` the attribute is the function
 from labkit.doctor import Check, DoctorReport
 
 

@@ -11,6 +11,7 @@ These run under the `tiny` profile: grading checks behaviour, not figures.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -24,6 +25,8 @@ STUDENT = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 CHECKER_CALL = "lk.checks.ex_"
 ALLOWED = ("NotImplementedError: Exercise ", "NotAttempted: [ex ")
+
+ANSI = re.compile(r"(\x1b|#x1B)\[[0-9;]*m")  # IPython colours its tracebacks
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +44,8 @@ def grade(notebook: Path, tmp_path: Path) -> dict[int, str | None]:
         failure = case.find("failure")
         if failure is None:
             failure = case.find("error")
-        results[index] = None if failure is None else (failure.get("message", "") + (failure.text or ""))
+        text = None if failure is None else failure.get("message", "") + (failure.text or "")
+        results[index] = None if text is None else ANSI.sub("", text)
     return results
 
 
