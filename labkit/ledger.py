@@ -1,0 +1,307 @@
+"""Saved-tensor ledger: what autograd keeps alive for backward, tensor by tensor.
+
+How an entry gets its op (see "Attribution" below, referred to as Rule A):
+a ``TorchDispatchMode`` sits *below* autograd, so it sees each aten op after
+autograd has decided what to save. Autograd packs an op's *inputs* before the
+op runs and its *outputs* just after. A pack is therefore either an output of
+the op the mode saw last, or an input of the op it sees next; the entry stays
+pending until that next op arrives and decides it.
+"""
+from __future__ import annotations
+
+import contextlib
+import html
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
+
+__all__ = ["SavedTensor", "LedgerTable", "Ledger", "saved_tensors"]
+
+
+# ---------------------------------------------------------------- helpers shared with meter.py
+def _op_name(func: Any) -> str:
+    """aten.addmm.default -> 'addmm'."""
+    packet = getattr(func, "overloadpacket", None)
+    return getattr(packet, "__name__", str(func))
+
+
+def _tensor_storages(*trees: Any) -> list[torch.UntypedStorage]:
+    """Distinct storages of every plain tensor in nested args/outputs."""
+    seen: dict[int, torch.UntypedStorage] = {}
+    for leaf in tree_leaves(trees):
+        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided:
+            st = leaf.untyped_storage()
+            seen.setdefault(id(st), st)
+    return list(seen.values())
+
+
+def _check_callable(fn: Any, who: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{who}: fn must be callable (a function or an nn.Module), got {type(fn).__name__}.")
+
+
+def _check_not_meta(model: nn.Module, who: str) -> None:
+    for name, p in model.named_parameters():
+        if p.device.type == "meta":
+            raise ValueError(
+                f"{who}: parameter {name!r} of {type(model).__name__} is on the meta device: "
+                "materialise it with .to_empty(device=...) first."
+            )
+
+
+def _is_param_like(t: torch.Tensor) -> bool:
+    """A leaf that requires grad, or a view of one (w.t() saved by addmm)."""
+    while t is not None:
+        if t.is_leaf and t.requires_grad:
+            return True
+        t = t._base
+    return False
+
+
+# ---------------------------------------------------------------- records and the table
+@dataclass(frozen=True)
+class SavedTensor:
+    """One storage autograd saved: the op that saved it, the op that made it, where."""
+
+    op: str  # the op whose backward node holds it, e.g. "addmm"
+    producer: str  # the op that created its storage; "external" if made outside
+    module: str  # innermost module fqn when model= was given, else ""
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    bytes: int  # nbytes of the whole storage (a saved view keeps all of it alive)
+
+
+@dataclass
+class LedgerTable:
+    """Saved bytes grouped by (module, op); prints as text or HTML."""
+
+    rows: list[tuple[str, str, int, int]]  # (module, op, count, bytes)
+    total: int
+
+    def _cells(self) -> list[tuple[str, str, str, str]]:
+        cells = [(m or "-", op, str(n), f"{b:,}") for m, op, n, b in self.rows]
+        return cells + [("total", "", str(sum(r[2] for r in self.rows)), f"{self.total:,}")]
+
+    def __str__(self) -> str:
+        head = ("module", "op", "count", "bytes")
+        cells = [head, *self._cells()]
+        w = [max(len(c[i]) for c in cells) for i in range(4)]
+        fmt = lambda c: f"{c[0]:<{w[0]}}  {c[1]:<{w[1]}}  {c[2]:>{w[2]}}  {c[3]:>{w[3]}}"  # noqa: E731
+        lines = [fmt(c) for c in cells]
+        lines.insert(1, "-" * len(lines[0]))
+        lines.insert(len(lines) - 1, "-" * len(lines[0]))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        td = lambda c, tag="td": "".join(  # noqa: E731
+            f'<{tag} style="text-align:{a}">{html.escape(x)}</{tag}>'
+            for x, a in zip(c, ("left", "left", "right", "right"))
+        )
+        body = [f"<tr>{td(c)}</tr>" for c in self._cells()]
+        body[-1] = body[-1].replace("<tr>", '<tr style="font-weight:bold">', 1)
+        return f"<table><tr>{td(('module', 'op', 'count', 'bytes'), 'th')}</tr>{''.join(body)}</table>"
+
+
+# ---------------------------------------------------------------- the ledger
+class _OpWatcher(TorchDispatchMode):
+    """Remembers the last op, the producer of each storage, and settles pending packs."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        super().__init__()
+        self.ledger = ledger
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        name = _op_name(func)
+        inputs = _tensor_storages(args, kwargs)
+        self.ledger._settle(name, inputs)
+        out = func(*args, **kwargs)
+        outs = _tensor_storages(out)
+        mutates = func._schema.is_mutable
+        in_ids = {id(st) for st in inputs}
+        for st in outs:
+            # a view (expand, t) keeps its base's producer; an in-place op (bernoulli_, div_) rewrites it
+            if mutates or id(st) not in in_ids:
+                self.ledger._producer[st] = name
+        self.ledger._last = (name, {id(st) for st in outs})
+        return out
+
+
+@dataclass
+class _Pending:
+    tensor_meta: tuple[tuple[int, ...], torch.dtype, int]
+    storage: torch.UntypedStorage
+    module: str
+    prev_op: str  # last op seen when packed
+    is_prev_output: bool
+    prev_saves_outputs: bool  # prev op's backward node has _saved_result* slots
+
+
+class Ledger:
+    """Context manager recording every tensor autograd saves inside it (see module doc)."""
+
+    def __init__(self, model: nn.Module | None = None, exclude: Any = ()) -> None:
+        """model: attribute entries to its submodules, drop its buffers; exclude: tensors to leave out."""
+        if model is not None and not isinstance(model, nn.Module):
+            raise TypeError(f"Ledger: model must be an nn.Module or None, got {type(model).__name__}.")
+        if model is not None:
+            _check_not_meta(model, "Ledger")
+        self.model = model
+        self.entries: list[SavedTensor] = []
+        self.result: Any = None
+        self._skip = WeakIdKeyDictionary()
+        for t in _flatten_tensors(exclude, "Ledger(exclude=...)"):
+            self._skip[t.untyped_storage()] = True
+        self._seen = WeakIdKeyDictionary()
+        self._producer = WeakIdKeyDictionary()
+        self._pending: list[_Pending] = []
+        self._last: tuple[str, set[int]] = ("external", set())
+        self._modules: list[str] = []
+        self._stack: contextlib.ExitStack | None = None
+        self._used = False
+
+    # -- context
+    def __enter__(self) -> Ledger:
+        if self._used:
+            raise RuntimeError("Ledger: a ledger records one region; create a new Ledger() for another.")
+        self._used = True
+        if self.model is not None:
+            for b in self.model.buffers():
+                self._skip[b.untyped_storage()] = True
+            for p in self.model.parameters():
+                self._skip[p.untyped_storage()] = True
+        with contextlib.ExitStack() as stack:
+            if self.model is not None:
+                self._install_module_hooks(stack)
+            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
+            stack.enter_context(_OpWatcher(self))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._settle(None, [])
+        finally:
+            stack, self._stack = self._stack, None
+            stack.close()  # type: ignore[union-attr]
+            self._producer = WeakIdKeyDictionary()
+
+    def _install_module_hooks(self, stack: contextlib.ExitStack) -> None:
+        for fqn, mod in self.model.named_modules():  # type: ignore[union-attr]
+            pre = mod.register_forward_pre_hook(lambda m, a, fqn=fqn: self._modules.append(fqn))
+            post = mod.register_forward_hook(self._leave_module)  # must return None: see _leave_module
+            stack.callback(pre.remove)
+            stack.callback(post.remove)
+
+    def _leave_module(self, module: nn.Module, args: Any, output: Any) -> None:
+        # a forward hook that returns a value replaces the module's output
+        if self._modules:
+            self._modules.pop()
+
+    # -- hooks; Rule A
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        if _is_param_like(t) or t.layout != torch.strided:
+            return t
+        st = t.untyped_storage()
+        if st in self._skip:
+            return t
+        prev, outs = self._last
+        node = t.grad_fn
+        saves_outputs = node is not None and any(a.startswith("_saved_result") for a in dir(node))
+        self._pending.append(
+            _Pending((tuple(t.shape), t.dtype, st.nbytes()), st, self._modules[-1] if self._modules else "",
+                     prev, id(st) in outs, saves_outputs)
+        )
+        return t
+
+    def _settle(self, next_op: str | None, next_inputs: list[torch.UntypedStorage]) -> None:
+        """Give each pending pack its op: the previous op (an output) or next_op (an input)."""
+        ins = {id(st) for st in next_inputs}
+        out_saves: set[int] = set()  # storages already settled as prev's output save
+        for p in self._pending:
+            key = id(p.storage)
+            if not p.is_prev_output:
+                op = next_op or p.prev_op
+            elif key not in ins or next_op is None:
+                op = p.prev_op
+            else:
+                # both an output of prev and an input of next: the first pack of it is prev's
+                # own output save when prev's node keeps results (relu, _softmax, ...)
+                first = key not in out_saves
+                op = p.prev_op if (p.prev_saves_outputs and first) else next_op
+            if op == p.prev_op and p.is_prev_output:
+                out_saves.add(key)
+            self._record(p, op)
+        self._pending.clear()
+
+    def _record(self, p: _Pending, op: str) -> None:
+        if p.storage in self._seen:
+            return
+        self._seen[p.storage] = True
+        shape, dtype, nbytes = p.tensor_meta
+        producer = self._producer.get(p.storage, "external")
+        self.entries.append(SavedTensor(op, producer, p.module, shape, dtype, nbytes))
+
+    # -- results
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of all distinct saved storages."""
+        return sum(e.bytes for e in self.entries)
+
+    def by_op(self) -> dict[str, int]:
+        """Saved bytes per saving op."""
+        return _group(self.entries, lambda e: e.op)
+
+    def by_module(self) -> dict[str, int]:
+        """Saved bytes per innermost module fqn ("" = outside any submodule)."""
+        return _group(self.entries, lambda e: e.module)
+
+    def table(self) -> LedgerTable:
+        """Rows grouped by (module, op) with count and bytes, in order of first appearance."""
+        rows: dict[tuple[str, str], list[int]] = {}
+        for e in self.entries:
+            r = rows.setdefault((e.module, e.op), [0, 0])
+            r[0] += 1
+            r[1] += e.bytes
+        return LedgerTable([(m, op, n, b) for (m, op), (n, b) in rows.items()], self.total_bytes)
+
+
+def _unpack(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _group(entries: Iterable[SavedTensor], key: Callable[[SavedTensor], str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in entries:
+        out[key(e)] = out.get(key(e), 0) + e.bytes
+    return out
+
+
+def _flatten_tensors(obj: Any, who: str) -> Iterator[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _flatten_tensors(v, who)
+    elif isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
+        for v in obj:
+            yield from _flatten_tensors(v, who)
+    elif obj is not None:
+        raise TypeError(f"{who}: expected tensors or iterables of tensors, got {type(obj).__name__}.")
+
+
+def saved_tensors(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None,
+                  exclude: Any = (), **kwargs: Any) -> Ledger:
+    """Run fn(*args, **kwargs) inside a Ledger and return it (the output is in .result)."""
+    _check_callable(fn, "saved_tensors")
+    with Ledger(model=model, exclude=exclude) as ledger:
+        ledger.result = fn(*args, **kwargs)
+    return ledger

@@ -1,0 +1,229 @@
+"""Live-memory meter: bytes of live tensor storages over time, tagged by phase.
+
+The same idea as PyTorch's MemTracker (torch/distributed/_tools/mem_tracker.py),
+which the tests hold it against: a ``TorchDispatchMode`` registers each new
+output storage with ``weakref.ref(storage, on_free)``; the callback fires when
+the storage is freed. Bytes are exact ``nbytes`` (MemTracker rounds CUDA blocks
+up to 512 B); on CUDA the allocator's own peak is recorded beside it.
+
+Phases (tagged automatically; ``meter.phase(name)`` overrides):
+  forward    outside the autograd engine
+  backward   inside the engine (``_current_graph_task_id() != -1``), grad mode off
+  recompute  inside the engine with grad mode on: how both torch.utils.checkpoint
+             variants and a hand-written recompute rerun the forward
+  optimizer  inside ``optimizer.step`` (global step pre/post hooks)
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from labkit.ledger import _check_callable, _check_not_meta, _op_name, _tensor_storages
+
+__all__ = ["Event", "MemoryMeter", "measure_peak"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One allocation or free: live bytes just after it."""
+
+    index: int
+    live_bytes: int
+    phase: str  # forward | backward | recompute | optimizer | a user name
+    op: str  # the allocating op, or "free"
+    delta: int  # +bytes allocated / -bytes freed
+
+
+class _Watcher(TorchDispatchMode):
+    def __init__(self, meter: MemoryMeter) -> None:
+        super().__init__()
+        self.meter = meter
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for st in _tensor_storages(out):
+            self.meter._register(st, _op_name(func))
+        return out
+
+
+class MemoryMeter:
+    """Context manager measuring live tensor bytes (see module doc for the phases)."""
+
+    def __init__(self, *track: Any, history: bool = False) -> None:
+        """track: modules, optimizers, tensors (or lists of them) alive before entry, counted from the start."""
+        self._track = _flatten_track(track)
+        self.history = history
+        self.timeline: list[Event] = []
+        self.baseline = 0  # bytes of the tracked objects at entry
+        self.live = 0
+        self.peak = 0
+        self.peak_phase = ""
+        self.phase_peaks: dict[str, int] = {}
+        self.allocator_peak: int | None = None  # CUDA only: max_memory_allocated() - allocated at entry
+        self.cuda_snapshot: Any = None  # CUDA and history=True: torch.cuda.memory._snapshot()
+        self.result: Any = None
+        self._blocks: dict[int, list] = {}  # StorageImpl address -> [weakref, nbytes]
+        self._overrides: list[str] = []
+        self._in_optimizer = 0
+        self._recording = False
+        self._used = False
+        self._cuda_base = 0
+        self._stack: contextlib.ExitStack | None = None
+
+    # -- bookkeeping
+    def _current_phase(self) -> str:
+        if self._overrides:
+            return self._overrides[-1]
+        if self._in_optimizer:
+            return "optimizer"
+        if torch._C._current_graph_task_id() != -1:
+            return "recompute" if torch.is_grad_enabled() else "backward"
+        return "forward"
+
+    def _register(self, st: torch.UntypedStorage, op: str) -> None:
+        key = st._cdata
+        if key in self._blocks or st.device.type == "meta":
+            return
+        ref = weakref.ref(st, lambda _ref, key=key: self._on_free(key))
+        self._blocks[key] = [ref, st.nbytes()]
+        self._change(st.nbytes(), op)
+
+    def _on_free(self, key: int) -> None:
+        block = self._blocks.pop(key, None)
+        if block is not None and self._recording:
+            self._change(-block[1], "free")
+
+    def _change(self, delta: int, op: str) -> None:
+        if not self._recording or delta == 0:
+            return
+        self.live += delta
+        phase = self._current_phase()
+        self.timeline.append(Event(len(self.timeline), self.live, phase, op, delta))
+        if self.live > self.phase_peaks.get(phase, -1):
+            self.phase_peaks[phase] = self.live
+        if self.live > self.peak:
+            self.peak, self.peak_phase = self.live, phase
+
+    def _resized(self, st: torch.UntypedStorage) -> None:
+        block = self._blocks.get(st._cdata)
+        if block is not None and block[1] != st.nbytes():
+            delta, block[1] = st.nbytes() - block[1], st.nbytes()
+            self._change(delta, "resize_")
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Tag everything inside with `name` instead of the automatic phase."""
+        self._overrides.append(name)
+        try:
+            yield
+        finally:
+            self._overrides.pop()
+
+    # -- context
+    def __enter__(self) -> MemoryMeter:
+        if self._used:
+            raise RuntimeError(
+                "MemoryMeter: a meter measures one region and was already entered; create a new MemoryMeter() for another."
+            )
+        self._used = True
+        with contextlib.ExitStack() as stack:
+            for st in _tracked_storages(self._track):
+                self._register(st, "track")
+            self.baseline = self.peak = self.live = sum(b[1] for b in self._blocks.values())
+            stack.callback(self._blocks.clear)  # drops the weakrefs, so no callback fires after exit
+            self._install_optimizer_hooks(stack)
+            self._install_resize_hook(stack)
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                self._enter_cuda(stack)
+            self._recording = True
+            stack.callback(setattr, self, "_recording", False)
+            stack.enter_context(_Watcher(self))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        stack, self._stack = self._stack, None
+        stack.close()  # type: ignore[union-attr]
+
+    def _install_optimizer_hooks(self, stack: contextlib.ExitStack) -> None:
+        def pre(opt: Any, args: Any, kwargs: Any) -> None:
+            self._in_optimizer += 1
+
+        def post(opt: Any, args: Any, kwargs: Any) -> None:
+            self._in_optimizer -= 1
+
+        stack.callback(register_optimizer_step_pre_hook(pre).remove)
+        stack.callback(register_optimizer_step_post_hook(post).remove)
+
+    def _install_resize_hook(self, stack: contextlib.ExitStack) -> None:
+        # UntypedStorage.resize_ bypasses dispatch (FSDP frees params this way); MemTracker patches it too
+        original = torch.UntypedStorage.resize_
+
+        def resize_(st: torch.UntypedStorage, size: int) -> Any:
+            out = original(st, size)
+            self._resized(st)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        stack.callback(setattr, torch.UntypedStorage, "resize_", original)
+
+    def _enter_cuda(self, stack: contextlib.ExitStack) -> None:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        self._cuda_base = torch.cuda.memory_allocated()
+        if self.history:
+            torch.cuda.memory._record_memory_history(max_entries=100_000)
+            stack.callback(torch.cuda.memory._record_memory_history, enabled=None)
+
+        def leave() -> None:
+            torch.cuda.synchronize()
+            self.allocator_peak = torch.cuda.max_memory_allocated() - self._cuda_base
+            if self.history:
+                self.cuda_snapshot = torch.cuda.memory._snapshot()
+
+        stack.callback(leave)
+
+
+def _flatten_track(track: Any) -> list[Any]:
+    out: list[Any] = []
+    for obj in track:
+        if isinstance(obj, (list, tuple)):
+            out.extend(_flatten_track(obj))
+        elif isinstance(obj, (nn.Module, torch.optim.Optimizer, torch.Tensor)):
+            if isinstance(obj, nn.Module):
+                _check_not_meta(obj, "MemoryMeter")
+            out.append(obj)
+        elif obj is not None:
+            raise TypeError(
+                f"MemoryMeter: cannot track {type(obj).__name__}; "
+                "track takes nn.Module, torch.optim.Optimizer, torch.Tensor, or lists of them."
+            )
+    return out
+
+
+def _tracked_storages(track: list[Any]) -> Iterator[torch.UntypedStorage]:
+    for obj in track:
+        if isinstance(obj, torch.Tensor):
+            yield from _tensor_storages(obj)
+        elif isinstance(obj, nn.Module):
+            tensors = [*obj.parameters(), *obj.buffers()]
+            yield from _tensor_storages(tensors, [p.grad for p in obj.parameters() if p.grad is not None])
+        else:
+            yield from _tensor_storages(list(obj.state.values()))
+
+
+def measure_peak(fn: Callable[..., Any], *args: Any, track: Any = (), **kwargs: Any) -> MemoryMeter:
+    """Run fn(*args, **kwargs) inside a MemoryMeter(*track) and return it (the output is in .result)."""
+    _check_callable(fn, "measure_peak")
+    track = track if isinstance(track, (list, tuple)) else (track,)
+    with MemoryMeter(*track) as meter:
+        meter.result = fn(*args, **kwargs)
+    return meter
