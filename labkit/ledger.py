@@ -56,9 +56,9 @@ def _check_not_meta(model: nn.Module, who: str) -> None:
 
 
 def _is_param_like(t: torch.Tensor) -> bool:
-    """A leaf that requires grad, or a view of one (w.t() saved by addmm)."""
+    """An nn.Parameter, or a view of one (w.t() saved by addmm). Inputs that require grad are not."""
     while t is not None:
-        if t.is_leaf and t.requires_grad:
+        if isinstance(t, nn.Parameter):
             return True
         t = t._base
     return False

@@ -110,8 +110,10 @@ def test_dedupe_by_storage_and_whole_storage_bytes() -> None:
 
 def test_parameters_and_exclude_are_left_out() -> None:
     w = nn.Parameter(torch.randn(H, H))
-    leaf = torch.randn(B, H, requires_grad=True)  # any leaf that requires grad counts as a parameter
-    assert _saved(lambda t: t @ w, leaf) == []
+    # the input is a leaf that requires grad, but not a Parameter: it is an activation, and counts
+    leaf = torch.randn(B, H, requires_grad=True)
+    assert _saved(lambda t: t @ w, leaf) == [("mm", (B, H), torch.float32, B * H * 4)]
+    assert _saved(lambda t: t @ w, leaf, exclude=leaf) == []
     h = _act(torch.float32, B, H)
     assert _saved(F.gelu, h, exclude=h) == []
     assert _saved(F.gelu, h, exclude=[[h]]) == []
