@@ -84,9 +84,12 @@ def checkpoint(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     tensors = [args[i] for i in where]
     if torch.is_grad_enabled() and not any(t.requires_grad for t in tensors):
         warnings.warn(NO_GRAD_INPUTS, stacklevel=2)
+    # `run` must not close over the tensors: ctx.fn lives as long as the graph,
+    # while saved tensors are freed as soon as their node has run.
+    others = [None if isinstance(a, torch.Tensor) else a for a in args]
 
     def run(*tensor_args):
-        full = list(args)
+        full = list(others)
         for i, t in zip(where, tensor_args):
             full[i] = t
         return fn(*full, **kwargs)

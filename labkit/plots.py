@@ -1,0 +1,122 @@
+"""Figures for the labs; every function returns a matplotlib Figure (display it by ending a cell with it)."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from labkit.ledger import Ledger
+from labkit.meter import MemoryMeter
+
+PHASE_COLOURS = {"forward": "#4c72b0", "backward": "#dd8452", "recompute": "#55a868", "optimizer": "#8172b3"}
+MiB = 2 ** 20
+
+
+def _new(ncols: int = 1, width: float = 7.0, height: float = 3.6, sharey: bool = False) -> tuple[Figure, list]:
+    """A figure with `ncols` axes, closed for pyplot so cells show it once (as the returned value)."""
+    fig, axes = plt.subplots(1, ncols, figsize=(width, height), sharey=sharey, squeeze=False)
+    plt.close(fig)
+    return fig, list(axes[0])
+
+
+def _phase_spans(meter: MemoryMeter) -> list[tuple[str, int, int]]:
+    """Runs of consecutive events in one phase: (phase, first index, last index)."""
+    spans: list[tuple[str, int, int]] = []
+    for e in meter.timeline:
+        if spans and spans[-1][0] == e.phase:
+            spans[-1] = (e.phase, spans[-1][1], e.index)
+        else:
+            spans.append((e.phase, e.index, e.index))
+    return spans
+
+
+def _draw_timeline(ax, meter: MemoryMeter, title: str) -> None:
+    steps = [e.index for e in meter.timeline]
+    live = [e.live_bytes / MiB for e in meter.timeline]
+    ax.plot(steps, live, color="black", linewidth=1.2)
+    labelled = set()
+    for phase, first, last in _phase_spans(meter):
+        label = phase if phase not in labelled else None
+        labelled.add(phase)
+        ax.axvspan(first, last + 1, color=PHASE_COLOURS.get(phase, "#cccccc"), alpha=0.25, label=label, linewidth=0)
+    peak = max(meter.timeline, key=lambda e: e.live_bytes, default=None)
+    if peak is not None:
+        ax.plot([peak.index], [peak.live_bytes / MiB], "v", color="crimson")
+        ax.annotate(f"peak {peak.live_bytes / MiB:.1f} MiB", (peak.index, peak.live_bytes / MiB),
+                    textcoords="offset points", xytext=(4, 4), fontsize=8, color="crimson")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("allocation / free event")
+    ax.set_ylabel("live tensor MiB")
+    ax.legend(fontsize=8, loc="upper left")
+
+
+def timeline(meter: MemoryMeter, title: str = "live tensor memory") -> Figure:
+    """Live tensor bytes over one measured region, phases shaded, the peak marked."""
+    if not isinstance(meter, MemoryMeter):
+        raise TypeError(f"timeline: expected a MemoryMeter (from lk.measure_peak), got {type(meter).__name__}")
+    fig, (ax,) = _new()
+    _draw_timeline(ax, meter, title)
+    return fig
+
+
+def timelines(meters: Mapping[str, MemoryMeter], title: str = "") -> Figure:
+    """Several timelines side by side on one memory scale."""
+    if not meters:
+        raise ValueError("timelines: no meters given; pass a dict like {'none': meter_a, 'checkpoint': meter_b}")
+    fig, axes = _new(len(meters), width=4.2 * len(meters), sharey=True)
+    for ax, (name, meter) in zip(axes, meters.items()):
+        _draw_timeline(ax, meter, name)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def saved_by_op(ledger: Ledger, title: str = "saved bytes by op") -> Figure:
+    """Horizontal bars: bytes autograd saved per (module, op) row of the ledger's table."""
+    rows = ledger.table().rows  # (module, op, count, bytes)
+    labels = [f"{module or '(top)'} · {op}" for module, op, _, _ in rows]
+    sizes = [nbytes / MiB for *_, nbytes in rows]
+    fig, (ax,) = _new(height=0.3 * len(rows) + 1.2)
+    ax.barh(labels[::-1], sizes[::-1], color=PHASE_COLOURS["forward"])
+    ax.set_xlabel("MiB saved")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def measured_vs_predicted(labels: Sequence[str], measured: Sequence[float], predicted: Sequence[float],
+                          title: str = "measured against predicted", unit: str = "bytes") -> Figure:
+    """Paired bars of a measurement and its prediction, one pair per label."""
+    if not (len(labels) == len(measured) == len(predicted)):
+        raise ValueError(f"measured_vs_predicted: {len(labels)} labels, {len(measured)} measured, "
+                         f"{len(predicted)} predicted; all three must have the same length")
+    fig, (ax,) = _new()
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], measured, width=0.4, label="measured")
+    ax.bar([x + 0.2 for x in xs], predicted, width=0.4, label="predicted")
+    ax.set_xticks(list(xs), labels, rotation=20, fontsize=8)
+    ax.set_ylabel(unit)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def crossover(xs: Sequence[float], activation_bytes: Sequence[float], state_bytes: float, cross: float | None = None,
+              xlabel: str = "batch size", title: str = "activations against the training state") -> Figure:
+    """Activation bytes over a sweep against the flat training state, the crossover marked."""
+    fig, (ax,) = _new()
+    ax.plot(xs, [a / MiB for a in activation_bytes], "o-", label="activations (saved for backward)")
+    ax.axhline(state_bytes / MiB, color="grey", linestyle="--", label="parameters + gradients + Adam state")
+    if cross is not None:
+        ax.axvline(cross, color="crimson", linewidth=1, label=f"crossover at {cross:g}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("MiB")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
