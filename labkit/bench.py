@@ -139,8 +139,8 @@ def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> R
         grads[name] = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
     equal = all(torch.equal(a, b) for a, b in zip(grads["none"], grads["yours"]))
     meters = {name: measure_peak(step(ckpt), track=(model, x)) for name, ckpt in variants.items()}
-    vs_torch = compare(step(_torch_checkpoint), step(checkpoint), repeats=size.repeats)
-    vs_none = compare(step(_no_checkpoint), step(checkpoint), repeats=size.repeats)
+    vs_torch = compare(step(_torch_checkpoint), step(checkpoint), repeats=size.repeats, device=size.device)
+    vs_none = compare(step(_no_checkpoint), step(checkpoint), repeats=size.repeats, device=size.device)
     return RecomputeResult(cfg, meters, vs_torch.ratio, vs_none.ratio, equal)
 
 
