@@ -1,0 +1,234 @@
+"""Lab 01 checkers: pass on the notebook's solutions, fail with the right hint on planted bugs."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from labkit.checks import CheckFailure, NotAttempted
+from labkit.checks.lab01 import ex_1_1, ex_1_2, ex_1_3, ex_1_4, ex_1_5
+
+
+# ---------------------------------------------------------------- reference answers (as in the notebook)
+def predict_chain_bytes(n_layers: int, batch: int, width: int, dtype: torch.dtype) -> int:
+    """Bytes autograd saves for an MLP chain's forward pass (each storage once, parameters excluded)."""
+    element = torch.empty((), dtype=dtype).element_size()
+    return (n_layers + 1) * batch * width * element
+
+
+def attention_scores_bytes(s: int, b: int, a: int, act_bytes: int = 2, mask_bytes: int = 1) -> int:
+    """Bytes of core attention's (b, a, s, s) saved tensors: softmax output, dropout mask, dropout output."""
+    return (2 * act_bytes + mask_bytes) * a * s * s * b
+
+
+def training_state_bytes(model: torch.nn.Module) -> int:
+    """Bytes of parameters + gradients + Adam moment buffers for `model`, before any step."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return 4 * params
+
+
+def crossover_batch(per_sample_bytes: int, state_bytes: int) -> int:
+    """Smallest batch b >= 1 with b * per_sample_bytes >= state_bytes."""
+    return max(1, math.ceil(state_bytes / per_sample_bytes))
+
+
+def saved_bytes(fn, *args) -> int:
+    """Bytes autograd saves while running fn(*args): each storage once, Parameters and their views left out."""
+    seen: set[int] = set()
+    total = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        base = t if t._base is None else t._base
+        storage = t.untyped_storage()
+        if not isinstance(base, torch.nn.Parameter) and storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*args)
+    return total
+
+
+def make_hook(skip_params: bool = True, skip_views: bool = True, dedupe: bool = True,
+              storage_bytes: bool = True, return_tensor: bool = True):
+    """saved_bytes with one of its parts switched off."""
+    def hook_bytes(fn, *args) -> int:
+        seen: set[int] = set()
+        total = 0
+
+        def pack(t: torch.Tensor):
+            nonlocal total
+            param = isinstance(t, torch.nn.Parameter) if not skip_views else (
+                isinstance(t, torch.nn.Parameter) or isinstance(t._base, torch.nn.Parameter))
+            key = t.untyped_storage().data_ptr()
+            if not (skip_params and param) and not (dedupe and key in seen):
+                seen.add(key)
+                total += t.untyped_storage().nbytes() if storage_bytes else t.numel() * t.element_size()
+            return t if return_tensor else None
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn(*args)
+        return total
+    return hook_bytes
+
+
+SOLUTIONS = [(ex_1_1, predict_chain_bytes), (ex_1_2, attention_scores_bytes), (ex_1_3, training_state_bytes),
+             (ex_1_4, crossover_batch), (ex_1_5, saved_bytes)]
+
+
+def fails_with(check, fn, hint: str) -> CheckFailure:
+    """Run check(fn), expect a CheckFailure (not NotAttempted) whose hint contains `hint`."""
+    with pytest.raises(CheckFailure) as info:
+        check(fn)
+    assert not isinstance(info.value, NotAttempted)
+    assert hint in info.value.hint, info.value
+    return info.value
+
+
+# ---------------------------------------------------------------- shared behaviour
+@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=lambda v: getattr(v, "__name__", ""))
+def test_solution_passes_with_one_line(check, solution, capsys):
+    check(solution)
+    out = capsys.readouterr().out
+    ex = check.__name__[3:].replace("_", ".")
+    assert out.startswith(f"[ex {ex}] passed: ") and out.count("\n") == 1
+
+
+@pytest.mark.parametrize("check", [c for c, _ in SOLUTIONS], ids=lambda c: c.__name__)
+def test_stub_is_not_attempted(check):
+    ex = check.__name__[3:].replace("_", ".")
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError(f"Exercise {ex}: fill in this function")
+
+    with pytest.raises(NotAttempted, match=rf"\[ex {ex}\] not attempted"):
+        check(stub)
+
+
+@pytest.mark.parametrize("check", [c for c, _ in SOLUTIONS], ids=lambda c: c.__name__)
+def test_non_callable_fails(check):
+    fails_with(check, 42, "pass the function you defined")
+
+
+@pytest.mark.parametrize("check", [c for c, _ in SOLUTIONS], ids=lambda c: c.__name__)
+def test_student_exception_becomes_check_failure(check):
+    def broken(*args, **kwargs):
+        raise TypeError("unsupported operand")
+
+    err = fails_with(check, broken, "in a cell of its own")
+    assert "TypeError: unsupported operand" in str(err)
+
+
+@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=lambda v: getattr(v, "__name__", ""))
+def test_non_int_return_fails(check, solution):
+    fails_with(check, lambda *a, **k: float(solution(*a, **k)), "return a Python int")
+
+
+def test_failure_message_names_exercise_expected_and_got():
+    err = fails_with(ex_1_1, lambda n, b, w, dtype: 2 * n * b * w * dtype.itemsize, "count it once")
+    assert str(err).startswith("[ex 1.1] saved bytes of MLPChain(") and "expected " in str(err)
+    assert err.expected != err.got
+
+
+def test_checkers_leave_the_global_rng_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    for check, solution in SOLUTIONS:
+        check(solution)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+# ---------------------------------------------------------------- 1.1
+@pytest.mark.parametrize("bug, hint", [
+    (lambda n, b, w, dtype: 2 * n * b * w * dtype.itemsize, "ReLU's output is the next Linear's input"),
+    (lambda n, b, w, dtype: n * b * w * dtype.itemsize, "saves the chain's input x"),
+    (lambda n, b, w, dtype: (n + 1) * b * w * 4, "use the element size of dtype"),
+    (lambda n, b, w, dtype: (n + 1) * b * w, "bytes, not elements"),
+    (lambda n, b, w, dtype: ((n + 1) * b * w + n * (w * w + w)) * dtype.itemsize, "weights and biases"),
+])
+def test_ex_1_1_planted_bugs(bug, hint):
+    fails_with(ex_1_1, bug, hint)
+
+
+# ---------------------------------------------------------------- 1.2
+@pytest.mark.parametrize("bug, hint", [
+    (lambda s, b, a, act_bytes=2, mask_bytes=1: 2 * act_bytes * a * s * s * b, "dropout saves its mask too"),
+    (lambda s, b, a, act_bytes=2, mask_bytes=1: 3 * act_bytes * a * s * s * b, "the dropout mask is bool"),
+    (lambda s, b, a, act_bytes=2, mask_bytes=1: (act_bytes + mask_bytes) * a * s * s * b, "dropout output"),
+    (lambda s, b, a, act_bytes=2, mask_bytes=1: (2 * act_bytes + mask_bytes) * s * s * b, "multiply by a"),
+    (lambda s, b, a, act_bytes=2, mask_bytes=1: (2 * act_bytes + mask_bytes) * a * s * b, "s² elements"),
+    (lambda s, b, a, act_bytes=2, mask_bytes=1: (4 + mask_bytes) * a * s * s * b, "not a fixed 2"),
+    (lambda s, b, a, act_bytes=2, mask_bytes=1: (2 * act_bytes + 1) * a * s * s * b, "not a fixed 1"),
+])
+def test_ex_1_2_planted_bugs(bug, hint):
+    fails_with(ex_1_2, bug, hint)
+
+
+def test_ex_1_2_wrong_defaults_fail():
+    fails_with(ex_1_2, lambda s, b, a, act_bytes=4, mask_bytes=1: (2 * act_bytes + mask_bytes) * a * s * s * b,
+               "three (b, a, s, s) tensors")
+
+
+# ---------------------------------------------------------------- 1.3
+def trainable(model):
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+@pytest.mark.parametrize("bug, hint", [
+    (lambda m: 2 * sum(p.numel() * p.element_size() for p in trainable(m)), "Adam keeps two buffers"),
+    (lambda m: 3 * sum(p.numel() * p.element_size() for p in trainable(m)), "four tensors per parameter"),
+    (lambda m: 4 * sum(p.numel() * p.element_size() for p in m.parameters()), "frozen parameters"),
+    (lambda m: 4 * sum(p.numel() * 4 for p in trainable(m)), "element size"),
+    (lambda m: 4 * sum(p.numel() * p.element_size() + 1 for p in trainable(m)), "step counters"),
+    (lambda m: 4 * sum(p.numel() * p.element_size() for _, p in m.named_parameters(remove_duplicate=False)
+                       if p.requires_grad), "a shared parameter is one tensor"),
+])
+def test_ex_1_3_planted_bugs(bug, hint):
+    fails_with(ex_1_3, bug, hint)
+
+
+# ---------------------------------------------------------------- 1.4
+@pytest.mark.parametrize("bug, hint", [
+    (lambda per, state: state // per, "round up"),
+    (lambda per, state: state // per + 1, "already counts (>=)"),
+    (lambda per, state: math.ceil(state / per), "the smallest batch is 1"),
+])
+def test_ex_1_4_planted_bugs(bug, hint):
+    fails_with(ex_1_4, bug, hint)
+
+
+def test_ex_1_4_float_return_fails():
+    fails_with(ex_1_4, lambda per, state: max(1, state / per), "return a Python int")
+
+
+# ---------------------------------------------------------------- 1.5
+@pytest.mark.parametrize("bug, hint", [
+    (make_hook(dedupe=False), "count each storage once"),
+    (make_hook(skip_params=False), "leave out nn.Parameters and their views"),
+    (make_hook(skip_views=False), "whose _base is the weight"),
+    (make_hook(storage_bytes=False), "keeps its whole storage alive"),
+    (make_hook(return_tensor=False), "pack must return the tensor"),
+])
+def test_ex_1_5_planted_bugs(bug, hint):
+    fails_with(ex_1_5, bug, hint)
+
+
+def test_ex_1_5_hooks_not_installed():
+    def no_hooks(fn, *args) -> int:
+        fn(*args)
+        return 0
+
+    fails_with(ex_1_5, no_hooks, "saved_tensors_hooks(pack, unpack)")
+
+
+def test_ex_1_5_pack_returning_other_tensor_breaks_gradients():
+    def zeroing(fn, *args) -> int:
+        total = saved_bytes(fn, *args)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: torch.zeros_like(t)):
+            fn(*args)  # the graph the checker runs backward through: its saved tensors unpack as zeros
+        return total
+
+    fails_with(ex_1_5, zeroing, "pack must return the tensor")
