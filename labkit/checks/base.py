@@ -1,7 +1,14 @@
 """What every checker shares: the failure types, calling student code, the pass line."""
 from __future__ import annotations
 
+import contextlib
+import os
+import traceback
+from collections.abc import Iterator
 from typing import Any, Callable
+
+Known = tuple[tuple[str, str], ...]  # (text in an error message, the hint it calls for)
+_LABKIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class CheckFailure(AssertionError):
@@ -25,12 +32,54 @@ class NotAttempted(CheckFailure):
         self.hint = "fill in the exercise"
 
 
-def attempt(ex: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call student code `fn`; a stub's NotImplementedError becomes NotAttempted."""
+def need_callable(ex: str, name: str | None, obj: Any) -> None:
+    """A CheckFailure unless `obj` (what the student passed as `name`, if known) is callable."""
     __tracebackhide__ = True  # IPython and pytest hide this frame
-    if not callable(fn):
-        raise CheckFailure(ex, "what was passed to the checker", "a function", f"{type(fn).__name__} {fn!r:.60}",
-                           "pass the function you defined in the exercise cell, not its result")
+    if not callable(obj):
+        what = f"what was passed as {name}" if name else "what was passed to the checker"
+        raise CheckFailure(ex, what, "a function", f"{type(obj).__name__} {obj!r:.60}",
+                           f"pass the function {name + ' ' if name else ''}you defined in the exercise cell, "
+                           "not its result")
+
+
+def _ours(filename: str) -> bool:
+    """A frame of torch or of labkit's own code (labkit.reference is students' code, as they wrote it)."""
+    path = os.path.abspath(filename)
+    in_labkit = path.startswith(_LABKIT + os.sep) and not path.startswith(os.path.join(_LABKIT, "reference"))
+    return os.sep + "torch" + os.sep in path or in_labkit
+
+
+def _where(e: BaseException) -> str:
+    """' (at file:line)' of the innermost frame outside torch and labkit: the student's line."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not _ours(f.filename)]
+    return f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+
+
+def student_failure(ex: str, what: str, e: Exception, hint: str, known: Known = ()) -> CheckFailure:
+    """The CheckFailure (or NotAttempted) that exception `e` of student code stands for."""
+    if isinstance(e, CheckFailure):
+        return e
+    if isinstance(e, NotImplementedError) and str(e).startswith("Exercise "):
+        return NotAttempted(ex, str(e))
+    hint = next((h for text, h in known if text in str(e)), hint)
+    message = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else ""
+    return CheckFailure(ex, what, "it to run", f"{type(e).__name__}: {message:.200}{_where(e)}", hint)
+
+
+@contextlib.contextmanager
+def trap(ex: str, what: str, hint: str, known: Known = ()) -> Iterator[None]:
+    """Turn any exception of student code inside the block into a CheckFailure with a hint."""
+    __tracebackhide__ = True
+    try:
+        yield
+    except Exception as e:  # student code may raise anything; each becomes a report, not a traceback
+        raise student_failure(ex, what, e, hint, known) from None
+
+
+def attempt(ex: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call student code `fn`; a stub's NotImplementedError becomes NotAttempted, other errors propagate."""
+    __tracebackhide__ = True
+    need_callable(ex, None, fn)
     try:
         return fn(*args, **kwargs)
     except NotImplementedError as e:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.checks.base import CheckFailure, attempt, passed
+from labkit.checks.base import CheckFailure, attempt, passed, trap
 from labkit.memory import saved_tensors
 from labkit.models import GPTBlock, GPTConfig, MLPChain, MLPConfig, gpt_input, korthikanti_terms, mlp_input
 
@@ -27,14 +27,8 @@ Mistakes = Sequence[tuple[Any, str]]  # (value a mistake gives, hint for it)
 def _call_int(ex: str, fn: Callable[..., Any], args: tuple, kwargs: dict | None, call: str) -> int:
     """fn(*args, **kwargs), which must return an int; any exception becomes a CheckFailure."""
     __tracebackhide__ = True
-    kwargs = kwargs or {}
-    try:
-        got = attempt(ex, fn, *args, **kwargs)
-    except CheckFailure:
-        raise
-    except Exception as e:  # the student's code failed: report it, not a traceback from the checker
-        raise CheckFailure(ex, f"calling {call}", "an int", f"{type(e).__name__}: {e}",
-                           f"run {call} in a cell of its own to see where it fails") from None
+    with trap(ex, f"calling {call}", f"run {call} in a cell of its own to see where it fails"):
+        got = attempt(ex, fn, *args, **(kwargs or {}))
     if isinstance(got, bool) or not isinstance(got, int):
         raise CheckFailure(ex, f"the type {call} returns", "int", f"{type(got).__name__} {got!r:.60}",
                            "return a Python int: use // rather than /, or int(...) / .item() on the result")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import traceback
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -24,7 +23,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from labkit.checks.base import CheckFailure, NotAttempted, passed
+from labkit.checks.base import CheckFailure, Known, need_callable, passed, student_failure, trap
 from labkit.memory import saved_tensors
 
 # ---------------------------------------------------------------- hints: one per mistake
@@ -59,39 +58,9 @@ P_DROP = 0.5
 
 
 # ---------------------------------------------------------------- calling student code
-def _where(e: BaseException) -> str:
-    """' (at file:line)' of the innermost frame outside torch and labkit: the student's line."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if not _ours(f.filename)]
-    return f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
-
-
-def _ours(filename: str) -> bool:
-    """A frame of torch or of labkit's own code (labkit.reference is the students' code, as they wrote it)."""
-    labkit = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.abspath(filename)
-    in_labkit = path.startswith(labkit + os.sep) and not path.startswith(os.path.join(labkit, "reference"))
-    return os.sep + "torch" + os.sep in path or in_labkit
-
-
-def _failure(ex: str, what: str, e: Exception, hint: str, known: tuple[tuple[str, str], ...]) -> CheckFailure:
-    """The CheckFailure (or NotAttempted) that exception `e` of student code stands for."""
-    if isinstance(e, CheckFailure):
-        return e
-    if isinstance(e, NotImplementedError) and str(e).startswith("Exercise "):
-        return NotAttempted(ex, str(e))
-    hint = next((h for text, h in known if text in str(e)), hint)
-    message = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else ""
-    return CheckFailure(ex, what, "it to run", f"{type(e).__name__}: {message:.200}{_where(e)}", hint)
-
-
-@contextlib.contextmanager
-def _trap(ex: str, what: str, hint: str, known: tuple[tuple[str, str], ...] = KNOWN_ERRORS) -> Iterator[None]:
-    """Turn any exception of student code inside the block into a CheckFailure with a hint."""
-    __tracebackhide__ = True
-    try:
-        yield
-    except Exception as e:  # student code may raise anything; each becomes a report
-        raise _failure(ex, what, e, hint, known) from None
+def _trap(ex: str, what: str, hint: str, known: Known = KNOWN_ERRORS) -> contextlib.AbstractContextManager[None]:
+    """base.trap with this lab's known autograd errors."""
+    return trap(ex, what, hint, known)
 
 
 class _Calls:
@@ -116,13 +85,6 @@ def _need_function(ex: str, name: str, obj: Any) -> None:
         raise CheckFailure(ex, f"what was passed as {name}", "a torch.autograd.Function subclass",
                            f"{type(obj).__name__} {obj!r:.60}",
                            f"pass the class {name} you defined in the exercise cell (not an instance or its result)")
-
-
-def _need_callable(ex: str, name: str, obj: Any) -> None:
-    __tracebackhide__ = True
-    if not callable(obj):
-        raise CheckFailure(ex, f"what was passed as {name}", "a function", f"{type(obj).__name__} {obj!r:.60}",
-                           f"pass the function {name} you defined in the exercise cell, not its result")
 
 
 # ---------------------------------------------------------------- the model around a checkpoint
@@ -241,7 +203,7 @@ def _recompute_step(Recompute: type, dtype: torch.dtype, two: bool) -> None:
     if len(calls.grad_modes) >= 2 and not any(calls.grad_modes[1:]):
         raise CheckFailure("2.1", f"{what}: grad mode while backward reran fn", "on", "off", ENABLE_GRAD)
     if err is not None:
-        raise _failure("2.1", f"{what}: backward", err,
+        raise student_failure("2.1", f"{what}: backward", err,
                        "backward(ctx, *grad_outputs) reruns fn on the detached inputs and returns their gradients",
                        KNOWN_ERRORS)
     if len(calls.grad_modes) != 2:
@@ -358,8 +320,8 @@ def _rng_step(RecomputeRNG: type, p: float) -> None:
 def ex_2_2(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any], RecomputeRNG: type) -> None:
     """Exercise 2.2: the RNG is replayed for the recompute, and continues afterwards as if it had not been."""
     __tracebackhide__ = True
-    _need_callable("2.2", "stash_rng", stash_rng)
-    _need_callable("2.2", "restored_rng", restored_rng)
+    need_callable("2.2", "stash_rng", stash_rng)
+    need_callable("2.2", "restored_rng", restored_rng)
     _need_function("2.2", "RecomputeRNG", RecomputeRNG)
     with torch.random.fork_rng(devices=[]):
         _check_replay(stash_rng, restored_rng)
@@ -476,7 +438,7 @@ def _check_warnings(checkpoint: Callable[..., Any]) -> None:
 def ex_2_3(checkpoint: Callable[..., Any]) -> None:
     """Exercise 2.3: checkpoint takes any arguments, several outputs, and warns when no input requires grad."""
     __tracebackhide__ = True
-    _need_callable("2.3", "checkpoint", checkpoint)
+    need_callable("2.3", "checkpoint", checkpoint)
     with torch.random.fork_rng(devices=[]):
         _checkpoint_step(checkpoint, 0.0, two=False)
         _checkpoint_step(checkpoint, P_DROP, two=False)
@@ -587,7 +549,7 @@ def _check_memory(checkpoint_hooks: Callable[..., Any]) -> None:
 def ex_2_4(checkpoint_hooks: Callable[..., Any]) -> None:
     """Exercise 2.4: checkpoint_hooks keeps no activation, reruns fn once, and gives exact gradients."""
     __tracebackhide__ = True
-    _need_callable("2.4", "checkpoint_hooks", checkpoint_hooks)
+    need_callable("2.4", "checkpoint_hooks", checkpoint_hooks)
     with torch.random.fork_rng(devices=[]):
         _check_memory(checkpoint_hooks)  # first: a pack that keeps tensors never needs the rerun
         _hooks_step(checkpoint_hooks, 0.0)
