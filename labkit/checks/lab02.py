@@ -13,17 +13,18 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from labkit.checks.base import CheckFailure, Known, need_callable, passed, student_failure, trap
+from labkit.checks.rig import (
+    B, D, P_DROP, Calls, Net, dropout_label, first_mismatch, kept_after_forward, loss_of, plain_step, show,
+)
 from labkit.memory import saved_tensors
 
 # ---------------------------------------------------------------- hints: one per mistake
@@ -53,30 +54,10 @@ KNOWN_ERRORS = (
     ("backward through the graph a second time", DETACH),
 )
 
-B, D_IN, D, D_MID, D_OUT = 3, 4, 6, 8, 5  # batch; features of x, h (fn's input), fn's middle, fn's output
-P_DROP = 0.5
-
-
 # ---------------------------------------------------------------- calling student code
 def _trap(ex: str, what: str, hint: str, known: Known = KNOWN_ERRORS) -> contextlib.AbstractContextManager[None]:
     """base.trap with this lab's known autograd errors."""
     return trap(ex, what, hint, known)
-
-
-class _Calls:
-    """fn, counting its calls and recording grad mode and the non-tensor arguments of each."""
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.grad_modes: list[bool] = []
-        self.args: list[tuple[Any, ...]] = []  # each tensor replaced by the string "tensor"
-        self.kwargs: list[dict[str, Any]] = []
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.grad_modes.append(torch.is_grad_enabled())
-        self.args.append(tuple("tensor" if isinstance(a, torch.Tensor) else a for a in args))
-        self.kwargs.append(dict(kwargs))
-        return self.fn(*args, **kwargs)
 
 
 def _need_function(ex: str, name: str, obj: Any) -> None:
@@ -88,89 +69,13 @@ def _need_function(ex: str, name: str, obj: Any) -> None:
 
 
 # ---------------------------------------------------------------- the model around a checkpoint
-class _Net(nn.Module):
-    """x -> pre -> h -> fn(h, s) -> out: a layer before the checkpoint, parameters inside fn, a leaf input s."""
-
-    def __init__(self, dtype: torch.dtype, p: float = 0.0) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.pre = nn.Linear(D_IN, D, dtype=dtype)
-        self.w1 = nn.Linear(D, D_MID, dtype=dtype)
-        self.w2 = nn.Linear(D_MID, D_OUT, dtype=dtype)
-        self.p = p  # dropout inside fn
-        self.x = torch.randn(B, D_IN, dtype=dtype, requires_grad=True)
-        self.s = (torch.rand(D_MID, dtype=dtype) + 0.5).requires_grad_()  # a per-feature scale, a leaf
-
-    def middle(self, h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        a = torch.tanh(self.w1(h) * s)  # (B, D_MID)
-        return F.dropout(a, self.p, training=True) if self.p else a
-
-    def fn(self, h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        """The checkpointed function: one output."""
-        return self.w2(self.middle(h, s))
-
-    def fn2(self, h: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The checkpointed function: two outputs."""
-        a = self.middle(h, s)
-        return self.w2(a), a
-
-    def grads(self) -> dict[str, torch.Tensor | None]:
-        """Gradient of every leaf, named by where it sits relative to the checkpoint."""
-        return {"x (before the checkpoint)": self.x.grad, "pre.weight (before the checkpoint)": self.pre.weight.grad,
-                "pre.bias (before the checkpoint)": self.pre.bias.grad, "s (an input of fn)": self.s.grad,
-                "w1.weight (inside fn)": self.w1.weight.grad, "w1.bias (inside fn)": self.w1.bias.grad,
-                "w2.weight (inside fn)": self.w2.weight.grad, "w2.bias (inside fn)": self.w2.bias.grad}
-
-
-def _loss(out: Any, p_after: float = 0.0) -> torch.Tensor:
-    """A weighted sum of fn's outputs, through a dropout after the checkpoint when p_after > 0."""
-    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
-    total = torch.zeros((), dtype=outs[0].dtype)
-    for o in outs:
-        o = F.dropout(o, p_after, training=True) if p_after else o
-        total = total + (o * torch.linspace(-1, 1, o.numel(), dtype=o.dtype).reshape(o.shape)).sum()
-    return total
-
-
-def _plain_step(dtype: torch.dtype, p: float = 0.0, two: bool = False) -> tuple[dict, torch.Tensor]:
-    """Gradients and the next random numbers of one un-checkpointed step."""
-    net = _Net(dtype, p)
-    torch.manual_seed(1)
-    loss = _loss((net.fn2 if two else net.fn)(net.pre(net.x), net.s), p)
-    loss.backward()
-    return net.grads(), torch.rand(4)
-
-
-def _dropout(p: float) -> str:
-    return f"dropout p={p} inside fn and after it" if p else "no dropout"
-
-
-def _mismatch(want: dict, got: dict) -> str | None:
-    """Name of the first gradient that is not bitwise equal, or None."""
-    for name, w in want.items():
-        g = got[name]
-        if g is None or g.shape != w.shape or not torch.equal(g, w):
-            return name
-    return None
-
-
-def _show(t: torch.Tensor | None, want: torch.Tensor | None = None) -> str:
-    """First values of a gradient; beside the expected one, also the largest difference from it."""
-    if t is None:
-        return "None"
-    text = "[" + ", ".join(f"{v:.4g}" for v in t.flatten()[:4].tolist()) + ", ...]"
-    if want is not None and t.shape == want.shape:
-        text += f" (largest difference {(t - want).abs().max().item():.2g})"
-    return text
-
-
 def _grad_hint(name: str, want: dict, got: dict) -> str:
     """Which mistake a wrong gradient points to (Exercise 2.1)."""
     inside = [n for n in want if "inside fn" in n]
     if any(got[n] is None for n in inside):
         return ("fn's parameters got no gradient: back-propagate grad_outputs through the rerun "
                 "(torch.autograd.backward(outputs, grad_outputs))")
-    if _mismatch({n: want[n] for n in inside}, got) is None:
+    if first_mismatch({n: want[n] for n in inside}, got) is None:
         g, w = got[name], want[name]
         if g is None:
             return ("the gradient stopped at the checkpoint: the detached inputs must require grad "
@@ -186,14 +91,14 @@ def _recompute_step(Recompute: type, dtype: torch.dtype, two: bool) -> None:
     """One step through Recompute.apply, checked call by call against the plain one."""
     __tracebackhide__ = True
     kind = "two outputs" if two else "one output"
-    net = _Net(dtype)
-    calls = _Calls(net.fn2 if two else net.fn)
+    net = Net(dtype)
+    calls = Calls(net.fn2 if two else net.fn)
     h = net.pre(net.x)
     what = f"Recompute.apply(fn, h, s), fn with {kind}, {dtype}"
     with _trap("2.1", what, "forward(ctx, fn, *args) saves args, runs fn(*args) and returns its output"):
         ledger = saved_tensors(Recompute.apply, calls, h, net.s)
         out = ledger.result
-        loss = _loss(out)
+        loss = loss_of(out)
     _check_forward(calls, ledger, out, (h, net.s), what)
     err = None
     try:
@@ -209,14 +114,14 @@ def _recompute_step(Recompute: type, dtype: torch.dtype, two: bool) -> None:
     if len(calls.grad_modes) != 2:
         raise CheckFailure("2.1", f"{what}: calls of fn in one step", 2, len(calls.grad_modes),
                            "run fn exactly twice per step: once in forward, once in backward")
-    want, got = _plain_step(dtype, two=two)[0], net.grads()
-    name = _mismatch(want, got)
+    want, got = plain_step(dtype, two=two)[0], net.grads()
+    name = first_mismatch(want, got)
     if name is not None:
-        raise CheckFailure("2.1", f"{what}: gradient of {name}", _show(want[name]), _show(got[name], want[name]),
+        raise CheckFailure("2.1", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]),
                            _grad_hint(name, want, got))
 
 
-def _check_forward(calls: _Calls, ledger: Any, out: Any, inputs: tuple[torch.Tensor, ...], what: str) -> None:
+def _check_forward(calls: Calls, ledger: Any, out: Any, inputs: tuple[torch.Tensor, ...], what: str) -> None:
     """fn ran once with grad mode off, and only the inputs were kept."""
     __tracebackhide__ = True
     if len(calls.grad_modes) != 1:
@@ -297,20 +202,20 @@ def _check_replay(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any
 def _rng_step(RecomputeRNG: type, p: float) -> None:
     """One step through RecomputeRNG.apply with dropout p inside fn and after it, against the plain one."""
     __tracebackhide__ = True
-    what = f"RecomputeRNG.apply(fn, h, s), {_dropout(p)}"
-    want, want_next = _plain_step(torch.float32, p)
-    net = _Net(torch.float32, p)
+    what = f"RecomputeRNG.apply(fn, h, s), {dropout_label(p)}"
+    want, want_next = plain_step(torch.float32, p)
+    net = Net(torch.float32, p)
     with _trap("2.2", what, "RecomputeRNG runs like your Recompute, with the RNG state stashed in forward "
                             "and restored in backward"):
         torch.manual_seed(1)
-        _loss(RecomputeRNG.apply(net.fn, net.pre(net.x), net.s), p).backward()
+        loss_of(RecomputeRNG.apply(net.fn, net.pre(net.x), net.s), p).backward()
         got_next = torch.rand(4)
     got = net.grads()
-    name = _mismatch(want, got)
+    name = first_mismatch(want, got)
     if name is not None:
         hint = RNG_RESTORED if p else ("RecomputeRNG is wrong even without dropout: make Exercise 2.1 pass first "
                                        "(RecomputeRNG is built on your Recompute)")
-        raise CheckFailure("2.2", f"{what}: gradient of {name}", _show(want[name]), _show(got[name], want[name]), hint)
+        raise CheckFailure("2.2", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]), hint)
     if not torch.equal(got_next, want_next):
         raise CheckFailure("2.2", f"{what}: torch.rand(4) after the step", want_next.tolist(), got_next.tolist(),
                            "after backward the generator must continue where training left it: restore the "
@@ -336,16 +241,16 @@ def _checkpoint_step(checkpoint: Callable[..., Any], p: float, two: bool) -> Non
     """checkpoint(fn, h, s) with tensors only, against the plain step."""
     __tracebackhide__ = True
     kind = "two outputs" if two else "one output"
-    what = f"checkpoint(fn, h, s), fn with {kind}, {_dropout(p)}"
-    want, want_next = _plain_step(torch.float32, p, two)
-    net = _Net(torch.float32, p)
+    what = f"checkpoint(fn, h, s), fn with {kind}, {dropout_label(p)}"
+    want, want_next = plain_step(torch.float32, p, two)
+    net = Net(torch.float32, p)
     with _trap("2.3", what, "checkpoint is built on your RecomputeRNG: make Exercises 2.1 and 2.2 pass, then "
                             "return RecomputeRNG.apply(fn, *tensors)"):
         torch.manual_seed(1)
-        _loss(checkpoint(net.fn2 if two else net.fn, net.pre(net.x), net.s), p).backward()
+        loss_of(checkpoint(net.fn2 if two else net.fn, net.pre(net.x), net.s), p).backward()
         got_next = torch.rand(4)
     got = net.grads()
-    name = _mismatch(want, got)
+    name = first_mismatch(want, got)
     if name is None and torch.equal(got_next, want_next):
         return
     hint = ("with dropout inside fn, use RecomputeRNG.apply, not Recompute.apply: the recompute must replay "
@@ -353,7 +258,7 @@ def _checkpoint_step(checkpoint: Callable[..., Any], p: float, two: bool) -> Non
     if name is None:
         raise CheckFailure("2.3", f"{what}: torch.rand(4) after the step", want_next.tolist(),
                            got_next.tolist(), hint)
-    raise CheckFailure("2.3", f"{what}: gradient of {name}", _show(want[name]), _show(got[name], want[name]), hint)
+    raise CheckFailure("2.3", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]), hint)
 
 
 def _non_tensor_step(checkpoint: Callable[..., Any]) -> None:
@@ -370,12 +275,12 @@ def _non_tensor_step(checkpoint: Callable[..., Any]) -> None:
 
     args, kwargs = (0.5, True, None), {"shift": 2.0}
     what = "checkpoint(fn, h, 0.5, s, True, None, shift=2.0)"
-    net = _Net(torch.float32)
+    net = Net(torch.float32)
     torch.manual_seed(1)
     fn(net.pre(net.x), 0.5, net.s, True, None, shift=2.0).sum().backward()
     want = net.grads()
-    net = _Net(torch.float32)
-    calls = _Calls(fn)
+    net = Net(torch.float32)
+    calls = Calls(fn)
     with _trap("2.3", what, NON_TENSOR, known=()):
         torch.manual_seed(1)
         checkpoint(calls, net.pre(net.x), 0.5, net.s, True, None, shift=2.0).sum().backward()
@@ -386,9 +291,9 @@ def _non_tensor_step(checkpoint: Callable[..., Any]) -> None:
             raise CheckFailure("2.3", f"{what}: arguments fn received in {run}", f"{expected} {kwargs}",
                                f"{got_args} {got_kwargs}", NON_TENSOR)
     got = net.grads()
-    name = _mismatch(want, got)
+    name = first_mismatch(want, got)
     if name is not None:
-        raise CheckFailure("2.3", f"{what}: gradient of {name}", _show(want[name]), _show(got[name], want[name]),
+        raise CheckFailure("2.3", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]),
                            NON_TENSOR)
 
 
@@ -408,7 +313,7 @@ def _names(args: tuple[Any, ...]) -> str:
 def _check_warnings(checkpoint: Callable[..., Any]) -> None:
     """Warn when no input requires grad and grad mode is on; otherwise not; at the caller's line."""
     __tracebackhide__ = True
-    net = _Net(torch.float32)
+    net = Net(torch.float32)
     frozen = nn.Embedding(10, D).requires_grad_(False)
     block = nn.Sequential(net.w1, nn.Tanh(), net.w2)
     ids = torch.arange(B)
@@ -450,50 +355,17 @@ def ex_2_3(checkpoint: Callable[..., Any]) -> None:
 
 
 # ---------------------------------------------------------------- Exercise 2.4
-class _Alive(TorchDispatchMode):
-    """Weak references to the storages of `dtype` that ops create inside the mode."""
-
-    def __init__(self, dtype: torch.dtype, *before: torch.Tensor) -> None:
-        super().__init__()
-        self.dtype = dtype
-        self.old = {t.untyped_storage().data_ptr() for t in before}
-        self.refs: dict[int, Any] = {}  # data_ptr -> weakref to the storage
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.dtype == self.dtype:
-                st = t.untyped_storage()
-                old = self.refs.get(st.data_ptr())
-                if st.data_ptr() not in self.old and (old is None or old() is None):  # freed memory is reused
-                    self.refs[st.data_ptr()] = weakref.ref(st)
-        return out
-
-    def alive_bytes(self, *but: torch.Tensor) -> int:
-        """Bytes of the storages still alive, leaving out those of `but`."""
-        skip = {t.untyped_storage().data_ptr() for t in but}
-        return sum(st.nbytes() for ptr, r in self.refs.items() if (st := r()) is not None and ptr not in skip)
-
-
-def _kept_after_forward(run: Callable[..., Any], net: _Net, h: torch.Tensor) -> tuple[int, Any]:
-    """Bytes of fn's activations alive once run(fn, h, s) has returned, and its output."""
-    __tracebackhide__ = True
-    with _Alive(h.dtype, h, net.s, *net.parameters()) as alive:
-        out = run(net.fn, h, net.s)
-    return alive.alive_bytes(out), out
-
-
 def _hooks_step(checkpoint_hooks: Callable[..., Any], p: float) -> None:
     """One step through checkpoint_hooks(fn, h, s), checked against the plain one."""
     __tracebackhide__ = True
-    what = f"checkpoint_hooks(fn, h, s), {_dropout(p)}"
-    want, want_next = _plain_step(torch.float32, p)
-    net = _Net(torch.float32, p)
-    calls = _Calls(net.fn)
+    what = f"checkpoint_hooks(fn, h, s), {dropout_label(p)}"
+    want, want_next = plain_step(torch.float32, p)
+    net = Net(torch.float32, p)
+    calls = Calls(net.fn)
     with _trap("2.4", what, "unpack(i) must return the i-th tensor the rerun saved: rerun fn once on detached "
                             "inputs with grad on, collecting what it saves in order", known=()):
         torch.manual_seed(1)
-        loss = _loss(checkpoint_hooks(calls, net.pre(net.x), net.s), p)
+        loss = loss_of(checkpoint_hooks(calls, net.pre(net.x), net.s), p)
         try:
             loss.backward()
         finally:
@@ -506,11 +378,11 @@ def _hooks_step(checkpoint_hooks: Callable[..., Any], p: float) -> None:
         raise CheckFailure("2.4", f"{what}: calls of fn in one step", 2, len(calls.grad_modes),
                            "rerun fn once, at the first unpack, and keep what it saves for the later unpacks")
     got = net.grads()
-    name = _mismatch(want, got)
+    name = first_mismatch(want, got)
     if name is not None:
         hint = HOOKS_RNG if p else ("unpack(i) must return the i-th tensor the rerun saved: rerun fn once on "
                                     "detached inputs with grad on, collecting what it saves in order")
-        raise CheckFailure("2.4", f"{what}: gradient of {name}", _show(want[name]), _show(got[name], want[name]), hint)
+        raise CheckFailure("2.4", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]), hint)
     if not torch.equal(got_next, want_next):
         raise CheckFailure("2.4", f"{what}: torch.rand(4) after the step", want_next.tolist(), got_next.tolist(),
                            "replay the RNG for the rerun only (restored_rng): afterwards the generator must "
@@ -521,13 +393,13 @@ def _check_grad_api(checkpoint_hooks: Callable[..., Any]) -> None:
     """torch.autograd.grad(out.sum(), [w1.weight]) reaches a parameter inside fn."""
     __tracebackhide__ = True
     what = "torch.autograd.grad(checkpoint_hooks(fn, h, s).sum(), [w1.weight])"
-    net = _Net(torch.float32)
+    net = Net(torch.float32)
     (want,) = torch.autograd.grad(net.fn(net.pre(net.x), net.s).sum(), [net.w1.weight])
     with _trap("2.4", what, "keep the outer graph: run fn itself in forward, under saved_tensors_hooks "
                             "(no autograd.Function), so autograd.grad sees fn's operations", known=()):
         (got,) = torch.autograd.grad(checkpoint_hooks(net.fn, net.pre(net.x), net.s).sum(), [net.w1.weight])
     if not torch.equal(got, want):
-        raise CheckFailure("2.4", what, _show(want), _show(got, want),
+        raise CheckFailure("2.4", what, show(want), show(got, want),
                            "keep the outer graph: run fn itself in forward, under saved_tensors_hooks, so "
                            "autograd.grad sees fn's operations")
 
@@ -536,12 +408,12 @@ def _check_memory(checkpoint_hooks: Callable[..., Any]) -> None:
     """After forward no activation of fn is alive but its output (the plain run keeps several)."""
     __tracebackhide__ = True
     what = "bytes of fn's activations alive after checkpoint_hooks(fn, h, s) returned"
-    net = _Net(torch.float64, P_DROP)
+    net = Net(torch.float64, P_DROP)
     h = net.pre(net.x)
-    plain, _ = _kept_after_forward(lambda fn, *a: fn(*a), net, h)
+    plain, _ = kept_after_forward(lambda fn, *a: fn(*a), net, h)
     with _trap("2.4", what, "checkpoint_hooks(fn, *args) runs fn(*args) under saved_tensors_hooks(pack, unpack) "
                             "and returns its output", known=()):
-        kept, _ = _kept_after_forward(checkpoint_hooks, net, h)
+        kept, _ = kept_after_forward(checkpoint_hooks, net, h)
     if kept:
         raise CheckFailure("2.4", what, f"0 B (without checkpointing: {plain} B)", f"{kept} B", HOOKS_PACK)
 
