@@ -6,6 +6,7 @@ meter and ledger; time is a median of alternating A/B runs (labkit.timing).
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -119,7 +120,7 @@ def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> R
     size = size or sizes()
     cfg = recompute_config(size)
     model = GPTStack(cfg).to(size.device)
-    x = gpt_input(cfg, requires_grad=True).to(size.device).detach().requires_grad_()
+    x = gpt_input(cfg, requires_grad=True, device=size.device)
 
     def step(ckpt: Checkpoint) -> Callable[[], None]:
         def run() -> None:
@@ -158,7 +159,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "mete
 def main(name: str, as_json: bool = False) -> int:
     """Run benchmark `name`; print one JSON object (--json) or readable lines."""
     if name not in BENCHMARKS:
-        print(f"labkit bench: unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
+        print(f"labkit bench: unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}", file=sys.stderr)
         return 2
     figures = BENCHMARKS[name]()
     if as_json:

@@ -88,11 +88,12 @@ class MLPChain(nn.Module):
         return self.layers(x)
 
 
-def mlp_input(cfg: MLPConfig, batch: int, requires_grad: bool = False) -> torch.Tensor:
-    """A deterministic (batch, width) input of cfg.dtype, drawn from cfg.seed."""
+def mlp_input(cfg: MLPConfig, batch: int, requires_grad: bool = False,
+              device: torch.device | str = "cpu") -> torch.Tensor:
+    """A deterministic (batch, width) input of cfg.dtype on `device` (a leaf), drawn from cfg.seed."""
     _check_positive_int("batch", batch)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
-    x = torch.randn(batch, cfg.width, generator=gen).to(cfg.dtype)
+    x = torch.randn(batch, cfg.width, generator=gen).to(device=device, dtype=cfg.dtype)
     return x.requires_grad_(requires_grad)
 
 
@@ -245,10 +246,10 @@ class GPTStack(nn.Module):
         return x if self.ln_f is None else self.ln_f(x)
 
 
-def gpt_input(cfg: GPTConfig, requires_grad: bool = False) -> torch.Tensor:
-    """A deterministic (b, s, h) input of cfg.dtype, drawn from cfg.seed."""
+def gpt_input(cfg: GPTConfig, requires_grad: bool = False, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A deterministic (b, s, h) input of cfg.dtype on `device` (a leaf), drawn from cfg.seed."""
     gen = torch.Generator().manual_seed(cfg.seed + 1)
-    x = torch.randn(cfg.batch, cfg.seq, cfg.hidden, generator=gen).to(cfg.dtype)
+    x = torch.randn(cfg.batch, cfg.seq, cfg.hidden, generator=gen).to(device=device, dtype=cfg.dtype)
     return x.requires_grad_(requires_grad)
 
 

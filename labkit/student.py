@@ -175,6 +175,9 @@ def check(root: Path) -> list[str]:
         elif path.read_text() != text:
             detail = _first_difference(text, path) if path.suffix == ".ipynb" else "differs from the solution's export cells"
             problems.append(f"{rel}: out of date ({detail})")
+    for path in sorted((root / "labkit" / "reference").glob("*.py")):
+        if path.name != "__init__.py" and path not in views:
+            problems.append(f"labkit/reference/{path.name}: no solution exports it any more (delete it)")
     for path in sorted((root / "notebooks").glob("*.ipynb")):
         if path not in views:
             problems.append(f"notebooks/{path.name}: no solutions/{path.name} to generate it from")

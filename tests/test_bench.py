@@ -18,7 +18,8 @@ def test_formula_bench_reconciles_within_15_percent_from_mlp_to_attention_domina
     assert len(ratios) >= 3 and min(ratios) < 0.1 and max(ratios) > 4
     assert figures["max_rel_error"] <= 0.15
     for row in figures["configs"]:
-        assert row["measured_bytes"] >= row["formula_bytes"]  # the residual is LayerNorm statistics, never negative
+        # the whole residual is the two LayerNorms' mean and rstd: 2 x 2 x (s*b) bfloat16 values
+        assert row["measured_bytes"] - row["formula_bytes"] == 2 * 2 * row["s"] * row["b"] * 2
     json.dumps(figures)
 
 
@@ -33,6 +34,11 @@ def test_recompute_comparison_on_tiny_reports_every_key_and_equal_gradients():
     assert "bitwise: True" in result.summary()
 
 
+def test_meter_bench_reports_one_ratio_per_repeat():
+    figures = bench.meter(lk.sizes("tiny"))
+    assert figures["slowdown"] > 0 and len(figures["ratios"]) == lk.sizes("tiny").repeats
+
+
 def test_recompute_comparison_rejects_a_non_callable():
     with pytest.raises(TypeError, match="checkpoint must be callable"):
         bench.recompute_comparison("checkpoint", lk.sizes("tiny"))
@@ -40,7 +46,7 @@ def test_recompute_comparison_rejects_a_non_callable():
 
 def test_bench_cli_unknown_name(capsys):
     assert bench.main("nope") == 2
-    assert "choose one of formula, meter, recompute" in capsys.readouterr().out
+    assert "choose one of formula, meter, recompute" in capsys.readouterr().err
 
 
 def test_plots_return_figures():

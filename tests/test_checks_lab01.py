@@ -8,48 +8,10 @@ import torch
 
 from labkit.checks import CheckFailure, NotAttempted
 from labkit.checks.lab01 import ex_1_1, ex_1_2, ex_1_3, ex_1_4, ex_1_5
-
-
-# ---------------------------------------------------------------- reference answers (as in the notebook)
-def predict_chain_bytes(n_layers: int, batch: int, width: int, dtype: torch.dtype) -> int:
-    """Bytes autograd saves for an MLP chain's forward pass (each storage once, parameters excluded)."""
-    element = torch.empty((), dtype=dtype).element_size()
-    return (n_layers + 1) * batch * width * element
-
-
-def attention_scores_bytes(s: int, b: int, a: int, act_bytes: int = 2, mask_bytes: int = 1) -> int:
-    """Bytes of core attention's (b, a, s, s) saved tensors: softmax output, dropout mask, dropout output."""
-    return (2 * act_bytes + mask_bytes) * a * s * s * b
-
-
-def training_state_bytes(model: torch.nn.Module) -> int:
-    """Bytes of parameters + gradients + Adam moment buffers for `model`, before any step."""
-    params = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    return 4 * params
-
-
-def crossover_batch(per_sample_bytes: int, state_bytes: int) -> int:
-    """Smallest batch b >= 1 with b * per_sample_bytes >= state_bytes."""
-    return max(1, math.ceil(state_bytes / per_sample_bytes))
-
-
-def saved_bytes(fn, *args) -> int:
-    """Bytes autograd saves while running fn(*args): each storage once, Parameters and their views left out."""
-    seen: set[int] = set()
-    total = 0
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        nonlocal total
-        base = t if t._base is None else t._base
-        storage = t.untyped_storage()
-        if not isinstance(base, torch.nn.Parameter) and storage.data_ptr() not in seen:
-            seen.add(storage.data_ptr())
-            total += storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(*args)
-    return total
+# the reference answers: the very text of the solution notebook's exercise cells
+from labkit.reference.activation_memory import (
+    attention_scores_bytes, crossover_batch, predict_chain_bytes, saved_bytes, training_state_bytes,
+)
 
 
 def make_hook(skip_params: bool = True, skip_views: bool = True, dedupe: bool = True,

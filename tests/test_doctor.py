@@ -148,7 +148,6 @@ def test_cuda_build_that_cannot_reach_the_gpu_fails_and_shows_the_warning():
 
 def test_cuda_probe_swallows_warnings(recwarn):
     version, available, _ = dr._torch_cuda()
-    assert isinstance(available, bool)
     assert len(recwarn) == 0  # nothing reaches stderr from the probe
 
 

@@ -109,7 +109,10 @@ def test_check_reports_leaked_markers_and_orphans(tmp_path):
     student.write(root)
     leaked = make_nb(new_code_cell("### BEGIN SOLUTION\nsecret = 1\n### END SOLUTION"))
     nbformat.write(leaked, root / "notebooks" / "02_orphan.ipynb")
+    (root / "labkit" / "reference").mkdir(parents=True)
+    (root / "labkit" / "reference" / "gone.py").write_text("x = 1\n")
     problems = student.check(root)
+    assert "labkit/reference/gone.py: no solution exports it any more (delete it)" in problems
     assert "notebooks/02_orphan.ipynb: no solutions/02_orphan.ipynb to generate it from" in problems
     assert "notebooks/02_orphan.ipynb, cell 0: a solution marker leaked" in problems
 
