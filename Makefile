@@ -30,8 +30,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	@touch $(STAMP)
 
+# Jupyter refuses root unless told; containers often run as root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: $(STAMP)
-	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=notebooks
+	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=notebooks $(ROOT_FLAG)
 
 test: $(STAMP)
 	$(PY) -m labkit student --check
