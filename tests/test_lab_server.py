@@ -1,0 +1,47 @@
+"""`make lab` serves JupyterLab: the URL it prints answers 200."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_make_lab_serves_jupyterlab_at_the_printed_url(tmp_path):
+    port = free_port()
+    log = tmp_path / "lab.log"
+    with log.open("w") as out:
+        server = subprocess.Popen(["make", "-s", "lab", f"PORT={port}"], cwd=ROOT, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = None
+        for _ in range(120):  # up to 60 s for the server to print its URL
+            found = re.search(rf"http://127\.0\.0\.1:{port}/lab\?token=\w+", log.read_text())
+            if found:
+                url = found.group(0)
+                break
+            if server.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert url, f"no URL printed; the log ends:\n{log.read_text()[-2000:]}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert response.status == 200
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
