@@ -15,7 +15,7 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from labkit.ledger import saved_tensors
 from labkit.meter import MemoryMeter, measure_peak
-from labkit.models import GPTBlock, GPTConfig, GPTStack, gpt_input, korthikanti_bytes, mlp_input
+from labkit.models import GPTBlock, GPTConfig, GPTStack, gpt_input, korthikanti_bytes
 from labkit.profile import Sizes, sizes
 from labkit.timing import compare
 

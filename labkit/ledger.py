@@ -18,41 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
+from labkit.tensors import check_callable, check_not_meta, op_name, tensor_storages
+
 __all__ = ["SavedTensor", "LedgerTable", "Ledger", "saved_tensors"]
-
-
-# ---------------------------------------------------------------- helpers shared with meter.py
-def _op_name(func: Any) -> str:
-    """aten.addmm.default -> 'addmm'."""
-    packet = getattr(func, "overloadpacket", None)
-    return getattr(packet, "__name__", str(func))
-
-
-def _tensor_storages(*trees: Any) -> list[torch.UntypedStorage]:
-    """Distinct storages of every plain tensor in nested args/outputs."""
-    seen: dict[int, torch.UntypedStorage] = {}
-    for leaf in tree_leaves(trees):
-        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided:
-            st = leaf.untyped_storage()
-            seen.setdefault(id(st), st)
-    return list(seen.values())
-
-
-def _check_callable(fn: Any, who: str) -> None:
-    if not callable(fn):
-        raise TypeError(f"{who}: fn must be callable (a function or an nn.Module), got {type(fn).__name__}.")
-
-
-def _check_not_meta(model: nn.Module, who: str) -> None:
-    for name, p in model.named_parameters():
-        if p.device.type == "meta":
-            raise ValueError(
-                f"{who}: parameter {name!r} of {type(model).__name__} is on the meta device: "
-                "materialise it with .to_empty(device=...) first."
-            )
 
 
 def _is_param_like(t: torch.Tensor) -> bool:
@@ -120,11 +90,11 @@ class _OpWatcher(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
-        name = _op_name(func)
-        inputs = _tensor_storages(args, kwargs)
+        name = op_name(func)
+        inputs = tensor_storages(args, kwargs)
         self.ledger._settle(name, inputs)
         out = func(*args, **kwargs)
-        outs = _tensor_storages(out)
+        outs = tensor_storages(out)
         mutates = func._schema.is_mutable
         in_ids = {id(st) for st in inputs}
         for st in outs:
@@ -153,7 +123,7 @@ class Ledger:
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"Ledger: model must be an nn.Module or None, got {type(model).__name__}.")
         if model is not None:
-            _check_not_meta(model, "Ledger")
+            check_not_meta(model, "Ledger")
         self.model = model
         self.entries: list[SavedTensor] = []
         self.result: Any = None
@@ -301,7 +271,7 @@ def _flatten_tensors(obj: Any, who: str) -> Iterator[torch.Tensor]:
 def saved_tensors(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None,
                   exclude: Any = (), **kwargs: Any) -> Ledger:
     """Run fn(*args, **kwargs) inside a Ledger and return it (the output is in .result)."""
-    _check_callable(fn, "saved_tensors")
+    check_callable(fn, "saved_tensors")
     with Ledger(model=model, exclude=exclude) as ledger:
         ledger.result = fn(*args, **kwargs)
     return ledger

@@ -26,7 +26,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from labkit.ledger import _check_callable, _check_not_meta, _op_name, _tensor_storages
+from labkit.tensors import check_callable, check_not_meta, op_name, tensor_storages
 
 __all__ = ["Event", "MemoryMeter", "measure_peak"]
 
@@ -49,8 +49,8 @@ class _Watcher(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
-        for st in _tensor_storages(out):
-            self.meter._register(st, _op_name(func))
+        for st in tensor_storages(out):
+            self.meter._register(st, op_name(func))
         return out
 
 
@@ -199,7 +199,7 @@ def _flatten_track(track: Any) -> list[Any]:
             out.extend(_flatten_track(obj))
         elif isinstance(obj, (nn.Module, torch.optim.Optimizer, torch.Tensor)):
             if isinstance(obj, nn.Module):
-                _check_not_meta(obj, "MemoryMeter")
+                check_not_meta(obj, "MemoryMeter")
             out.append(obj)
         elif obj is not None:
             raise TypeError(
@@ -212,17 +212,17 @@ def _flatten_track(track: Any) -> list[Any]:
 def _tracked_storages(track: list[Any]) -> Iterator[torch.UntypedStorage]:
     for obj in track:
         if isinstance(obj, torch.Tensor):
-            yield from _tensor_storages(obj)
+            yield from tensor_storages(obj)
         elif isinstance(obj, nn.Module):
             tensors = [*obj.parameters(), *obj.buffers()]
-            yield from _tensor_storages(tensors, [p.grad for p in obj.parameters() if p.grad is not None])
+            yield from tensor_storages(tensors, [p.grad for p in obj.parameters() if p.grad is not None])
         else:
-            yield from _tensor_storages(list(obj.state.values()))
+            yield from tensor_storages(list(obj.state.values()))
 
 
 def measure_peak(fn: Callable[..., Any], *args: Any, track: Any = (), **kwargs: Any) -> MemoryMeter:
     """Run fn(*args, **kwargs) inside a MemoryMeter(*track) and return it (the output is in .result)."""
-    _check_callable(fn, "measure_peak")
+    check_callable(fn, "measure_peak")
     track = track if isinstance(track, (list, tuple)) else (track,)
     with MemoryMeter(*track) as meter:
         meter.result = fn(*args, **kwargs)

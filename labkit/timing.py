@@ -22,6 +22,8 @@ from typing import Any, Callable, ContextManager, Iterable
 
 import torch
 
+from labkit.tensors import check_callable
+
 Clock = Callable[[], float]  # seconds, monotonic: time.perf_counter or a fake in tests
 
 
@@ -121,13 +123,6 @@ def _check_counts(warmup: object, repeats: object) -> None:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
 
-def _check_callable(fn: object, name: str = "fn") -> None:
-    """Raise TypeError naming the type when `fn` cannot be called."""
-    if not callable(fn):
-        raise TypeError(f"{name} must be callable (a function, lambda or nn.Module), "
-                        f"got {type(fn).__name__}: {fn!r:.60}")
-
-
 def _tensors(values: Iterable[Any]) -> Iterable[torch.Tensor]:
     """Tensors among `values`, looking one level into lists, tuples and dicts, and into modules."""
     for value in values:
@@ -193,7 +188,7 @@ def benchmark(fn: Callable[..., Any], *args: Any, warmup: int = 2, repeats: int 
     names warmup, repeats, device and clock are taken by benchmark itself, so
     `fn` cannot receive keyword arguments of those names through it.
     """
-    _check_callable(fn)
+    check_callable(fn, "benchmark")
     _check_counts(warmup, repeats)
     device = resolve_device(device, fn, *args, *kwargs.values())
     with _on(device):
@@ -212,8 +207,8 @@ def compare(fn_a: Callable[[], Any], fn_b: Callable[[], Any], repeats: int = 7, 
     A B, B A, A B, ... (see Rule 3). The functions are closures, so their
     tensors are hidden: pass device="cuda" for GPU work (modules are inspected).
     """
-    _check_callable(fn_a, "fn_a")
-    _check_callable(fn_b, "fn_b")
+    check_callable(fn_a, "compare", "fn_a")
+    check_callable(fn_b, "compare", "fn_b")
     _check_counts(warmup, repeats)
     device = resolve_device(device, fn_a, fn_b)
     times_a: list[float] = []

@@ -8,7 +8,7 @@ from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils.checkpoint import checkpoint
 
-from labkit.memory import Ledger, MemoryMeter, measure_peak, saved_tensors
+from labkit.memory import MemoryMeter, measure_peak, saved_tensors
 from labkit.models import GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input, korthikanti_bytes, mlp_input
 
 DTYPES = [torch.float32, torch.bfloat16]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch.utils.checkpoint import checkpoint_sequential
 
 from labkit.models import (
-    MLP, ActivationTerm, Dropout, GPTBlock, GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input,
+    ActivationTerm, Dropout, GPTBlock, GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input,
     gpt_param_count, korthikanti_bytes, korthikanti_terms, mlp_input, parameter_bytes,
 )
 

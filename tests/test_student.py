@@ -1,7 +1,6 @@
 """The solution -> student generator: stubs, cleared outputs, exports, and its errors."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path

@@ -2,8 +2,6 @@
 
 The solution notebook is the source: edit its `#| export` cells, then run `make student`.
 """
-import math
-
 import torch
 
 

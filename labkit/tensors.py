@@ -1,0 +1,41 @@
+"""What the instruments share: storages of tensors, op names, and argument checks."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_leaves
+
+
+def op_name(func: Any) -> str:
+    """aten.addmm.default -> 'addmm'."""
+    packet = getattr(func, "overloadpacket", None)
+    return getattr(packet, "__name__", str(func))
+
+
+def tensor_storages(*trees: Any) -> list[torch.UntypedStorage]:
+    """Distinct storages of every plain (strided) tensor in nested args/outputs."""
+    seen: dict[int, torch.UntypedStorage] = {}
+    for leaf in tree_leaves(trees):
+        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided:
+            st = leaf.untyped_storage()
+            seen.setdefault(id(st), st)
+    return list(seen.values())
+
+
+def check_callable(fn: Any, who: str, name: str = "fn") -> None:
+    """TypeError naming the type when argument `name` of `who` cannot be called."""
+    if not callable(fn):
+        raise TypeError(f"{who}: {name} must be callable (a function, lambda or nn.Module), "
+                        f"got {type(fn).__name__}: {fn!r:.60}")
+
+
+def check_not_meta(model: nn.Module, who: str) -> None:
+    """ValueError when a parameter of `model` has no data (the meta device)."""
+    for name, p in model.named_parameters():
+        if p.device.type == "meta":
+            raise ValueError(
+                f"{who}: parameter {name!r} of {type(model).__name__} is on the meta device: "
+                "materialise it with .to_empty(device=...) first."
+            )
