@@ -7,6 +7,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from labkit import student
@@ -151,3 +153,48 @@ def test_cli_check_exits_nonzero_when_stale(tmp_path):
 
 def test_repository_views_are_current():
     assert student.check(ROOT) == []
+
+
+# ---------------------------------------------------------------- properties (STYLE rule 8)
+
+code_line = st.from_regex(r"[a-z_]{1,8} = [0-9]{1,3}", fullmatch=True)
+indent = st.sampled_from(["", "    ", "        "])
+
+
+@st.composite
+def cell_with_regions(draw):
+    """Source lines of a cell: plain lines and solution regions, at random indentation."""
+    lines, regions = [], 0
+    for _ in range(draw(st.integers(0, 6))):
+        pad = draw(indent)
+        if draw(st.booleans()):
+            body = [pad + line for line in draw(st.lists(code_line, min_size=0, max_size=3))]
+            lines += [pad + student.BEGIN, *body, pad + student.END]
+            regions += 1
+        else:
+            lines.append(pad + draw(code_line))
+    return lines, regions
+
+
+@settings(max_examples=150, deadline=None)
+@given(cell_with_regions())
+def test_every_region_becomes_one_stub_and_the_rest_is_kept(drawn):
+    lines, regions = drawn
+    source = "\n".join(lines)
+    out = student.stub_source(source, student.Exercise("3.1", "t"), "nb, cell 0")
+    assert student.BEGIN not in out and student.END not in out
+    assert out.count('raise NotImplementedError("Exercise 3.1: t")') == regions
+    kept = [line for line in lines if line.strip() not in (student.BEGIN, student.END)]
+    inside, outside = False, []
+    for line in lines:  # lines outside regions survive, in order
+        if line.strip() == student.BEGIN:
+            inside = True
+        elif line.strip() == student.END:
+            inside = False
+        elif not inside:
+            outside.append(line)
+    out_lines = [line for line in out.splitlines() if "NotImplementedError" not in line and "YOUR CODE" not in line]
+    assert out_lines == outside if regions else out == source
+    # the exported text keeps everything but the markers
+    exported = student.export_source(student.EXPORT + "\n" + source, "nb, cell 0")
+    assert exported.strip("\n") == "\n".join(kept).strip("\n")
