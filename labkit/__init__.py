@@ -2,6 +2,15 @@
 
 Notebooks use it as ``import labkit as lk``; this file is that surface.
 """
+try:
+    import torch  # noqa: F401  (every lab needs it; fail here with the fix, not deep inside)
+except ImportError as e:  # pragma: no cover - exercised by hand on a machine without torch
+    raise ImportError(
+        f"labkit needs PyTorch, which does not import here ({e}). Run `make lab` or `make test` from the kit's "
+        "folder (they install it into .venv), or install torch as PyTorch's install selector says for this machine; "
+        "then check with `python -m labkit doctor`."
+    ) from e
+
 from labkit import bench, checks, plots
 from labkit.doctor import doctor
 from labkit.memory import Ledger, MemoryMeter, measure_peak, saved_tensors
