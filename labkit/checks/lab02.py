@@ -199,6 +199,20 @@ def _check_replay(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any
                            "current state on entry and put it back on exit (torch.random.fork_rng does both)")
 
 
+def _same_step(ex: str, what: str, want: tuple[dict, torch.Tensor], got: tuple[dict, torch.Tensor],
+               grad_hint: str, rng_hint: str) -> None:
+    """A CheckFailure unless gradients and the next random numbers match the plain step's bitwise."""
+    __tracebackhide__ = True
+    (want_grads, want_next), (got_grads, got_next) = want, got
+    name = first_mismatch(want_grads, got_grads)
+    if name is not None:
+        raise CheckFailure(ex, f"{what}: gradient of {name}", show(want_grads[name]),
+                           show(got_grads[name], want_grads[name]), grad_hint)
+    if not torch.equal(got_next, want_next):
+        raise CheckFailure(ex, f"{what}: torch.rand(4) after the step", want_next.tolist(), got_next.tolist(),
+                           rng_hint)
+
+
 def _rng_step(RecomputeRNG: type, p: float) -> None:
     """One step through RecomputeRNG.apply with dropout p inside fn and after it, against the plain one."""
     __tracebackhide__ = True
@@ -210,16 +224,11 @@ def _rng_step(RecomputeRNG: type, p: float) -> None:
         torch.manual_seed(1)
         loss_of(RecomputeRNG.apply(net.fn, net.pre(net.x), net.s), p).backward()
         got_next = torch.rand(4)
-    got = net.grads()
-    name = first_mismatch(want, got)
-    if name is not None:
-        hint = RNG_RESTORED if p else ("RecomputeRNG is wrong even without dropout: make Exercise 2.1 pass first "
-                                       "(RecomputeRNG is built on your Recompute)")
-        raise CheckFailure("2.2", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]), hint)
-    if not torch.equal(got_next, want_next):
-        raise CheckFailure("2.2", f"{what}: torch.rand(4) after the step", want_next.tolist(), got_next.tolist(),
-                           "after backward the generator must continue where training left it: restore the "
-                           "state only for the recompute (torch.random.fork_rng around it)")
+    grad_hint = RNG_RESTORED if p else ("RecomputeRNG is wrong even without dropout: make Exercise 2.1 pass first "
+                                        "(RecomputeRNG is built on your Recompute)")
+    _same_step("2.2", what, (want, want_next), (net.grads(), got_next), grad_hint,
+               "after backward the generator must continue where training left it: restore the "
+               "state only for the recompute (torch.random.fork_rng around it)")
 
 
 def ex_2_2(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any], RecomputeRNG: type) -> None:
@@ -249,16 +258,9 @@ def _checkpoint_step(checkpoint: Callable[..., Any], p: float, two: bool) -> Non
         torch.manual_seed(1)
         loss_of(checkpoint(net.fn2 if two else net.fn, net.pre(net.x), net.s), p).backward()
         got_next = torch.rand(4)
-    got = net.grads()
-    name = first_mismatch(want, got)
-    if name is None and torch.equal(got_next, want_next):
-        return
     hint = ("with dropout inside fn, use RecomputeRNG.apply, not Recompute.apply: the recompute must replay "
             "the RNG" if p else "make Exercises 2.1 and 2.2 pass, then return RecomputeRNG.apply(fn, *tensors)")
-    if name is None:
-        raise CheckFailure("2.3", f"{what}: torch.rand(4) after the step", want_next.tolist(),
-                           got_next.tolist(), hint)
-    raise CheckFailure("2.3", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]), hint)
+    _same_step("2.3", what, (want, want_next), (net.grads(), got_next), hint, hint)
 
 
 def _non_tensor_step(checkpoint: Callable[..., Any]) -> None:
@@ -377,16 +379,11 @@ def _hooks_step(checkpoint_hooks: Callable[..., Any], p: float) -> None:
     if len(calls.grad_modes) != 2:
         raise CheckFailure("2.4", f"{what}: calls of fn in one step", 2, len(calls.grad_modes),
                            "rerun fn once, at the first unpack, and keep what it saves for the later unpacks")
-    got = net.grads()
-    name = first_mismatch(want, got)
-    if name is not None:
-        hint = HOOKS_RNG if p else ("unpack(i) must return the i-th tensor the rerun saved: rerun fn once on "
-                                    "detached inputs with grad on, collecting what it saves in order")
-        raise CheckFailure("2.4", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]), hint)
-    if not torch.equal(got_next, want_next):
-        raise CheckFailure("2.4", f"{what}: torch.rand(4) after the step", want_next.tolist(), got_next.tolist(),
-                           "replay the RNG for the rerun only (restored_rng): afterwards the generator must "
-                           "continue where training left it")
+    grad_hint = HOOKS_RNG if p else ("unpack(i) must return the i-th tensor the rerun saved: rerun fn once on "
+                                     "detached inputs with grad on, collecting what it saves in order")
+    _same_step("2.4", what, (want, want_next), (net.grads(), got_next), grad_hint,
+               "replay the RNG for the rerun only (restored_rng): afterwards the generator must "
+               "continue where training left it")
 
 
 def _check_grad_api(checkpoint_hooks: Callable[..., Any]) -> None:
