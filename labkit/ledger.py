@@ -1,11 +1,22 @@
 """Saved-tensor ledger: what autograd keeps alive for backward, tensor by tensor.
 
-How an entry gets its op (see "Attribution" below, referred to as Rule A):
-a ``TorchDispatchMode`` sits *below* autograd, so it sees each aten op after
-autograd has decided what to save. Autograd packs an op's *inputs* before the
-op runs and its *outputs* just after. A pack is therefore either an output of
-the op the mode saw last, or an input of the op it sees next; the entry stays
-pending until that next op arrives and decides it.
+Rule A (attribution): a ``TorchDispatchMode`` sits *below* autograd, so it
+sees each aten op after autograd has decided what to save. Autograd packs an
+op's *inputs* before the op runs and its *outputs* just after. A pack is
+therefore either an output of the op the mode saw last, or an input of the op
+it sees next; the entry stays pending until that next op arrives and decides it.
+
+Rule B (no leaks): the pack hook returns ``t.detach()``, never ``t``. A saved
+output (relu's, softmax's) refers to its own grad_fn; a node holding that very
+tensor makes a reference cycle through C++ that Python's collector cannot see,
+and the whole graph would outlive the measurement (the warning in
+``torch.autograd.graph.saved_tensors_hooks``). A detached alias shares the
+storage and version counter, so backward gets the same bytes.
+
+Rule C (nesting): only the innermost pair of saved-tensor hooks is called. A
+ledger inside another passes each pack to every enclosing ledger, so each
+sees what its region saves (what a checkpoint inside a ledger drops, no
+ledger sees, as none is kept).
 """
 from __future__ import annotations
 
@@ -23,6 +34,9 @@ from torch.utils.weak import WeakIdKeyDictionary
 from labkit.tensors import check_callable, check_not_meta, op_name, tensor_storages
 
 __all__ = ["SavedTensor", "LedgerTable", "Ledger", "saved_tensors"]
+
+_ACTIVE: list[Ledger] = []  # entered ledgers, outermost first; Rule C
+_DETACHING = [False]  # True while _pack detaches: the watchers ignore that op (it is ours, not the model's)
 
 
 def _is_param_like(t: torch.Tensor) -> bool:
@@ -90,6 +104,8 @@ class _OpWatcher(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
+        if _DETACHING[0]:
+            return func(*args, **kwargs)
         name = op_name(func)
         inputs = tensor_storages(args, kwargs)
         self.ledger._settle(name, inputs)
@@ -151,8 +167,10 @@ class Ledger:
         with contextlib.ExitStack() as stack:
             if self.model is not None:
                 self._install_module_hooks(stack)
-            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack))
+            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(_pack, _unpack))
             stack.enter_context(_OpWatcher(self))
+            _ACTIVE.append(self)
+            stack.callback(_ACTIVE.remove, self)
             self._stack = stack.pop_all()
         return self
 
@@ -176,13 +194,14 @@ class Ledger:
         if self._modules:
             self._modules.pop()
 
-    # -- hooks; Rule A
-    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+    # -- Rule A
+    def _note(self, t: torch.Tensor) -> None:
+        """Queue one pack; its op is settled when the next op arrives (Rule A)."""
         if _is_param_like(t) or t.layout != torch.strided:
-            return t
+            return
         st = t.untyped_storage()
         if st in self._skip:
-            return t
+            return
         prev, outs = self._last
         node = t.grad_fn
         saves_outputs = node is not None and any(a.startswith("_saved_result") for a in dir(node))
@@ -190,7 +209,6 @@ class Ledger:
             _Pending((tuple(t.shape), t.dtype, st.nbytes()), st, self._modules[-1] if self._modules else "",
                      prev, id(st) in outs, saves_outputs)
         )
-        return t
 
     def _settle(self, next_op: str | None, next_inputs: list[torch.UntypedStorage]) -> None:
         """Give each pending pack its op: the previous op (an output) or next_op (an input)."""
@@ -242,6 +260,20 @@ class Ledger:
             r[0] += 1
             r[1] += e.bytes
         return LedgerTable([(m, op, n, b) for (m, op), (n, b) in rows.items()], self.total_bytes)
+
+
+def _pack(t: torch.Tensor) -> torch.Tensor:
+    """The ledgers' pack hook: every entered ledger notes t (Rule C); a detached alias is stored (Rule B).
+
+    A module-level function, so that the graph, which keeps its hooks, keeps no ledger alive.
+    """
+    for ledger in _ACTIVE:
+        ledger._note(t)
+    _DETACHING[0] = True
+    try:
+        return t.detach()
+    finally:
+        _DETACHING[0] = False
 
 
 def _unpack(t: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,9 @@
 """Tests for the saved-tensor ledger and the live-memory meter (labkit.ledger, labkit.meter)."""
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,7 +11,7 @@ from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils.checkpoint import checkpoint
 
-from labkit.memory import MemoryMeter, measure_peak, saved_tensors
+from labkit.memory import Ledger, MemoryMeter, measure_peak, saved_tensors
 from labkit.models import GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input, korthikanti_bytes, mlp_input
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -119,6 +122,96 @@ def test_parameters_and_exclude_are_left_out() -> None:
     assert _saved(F.gelu, h, exclude=[[h]]) == []
 
 
+def test_linear_on_an_input_that_requires_grad_leaves_out_the_weight_view() -> None:
+    lin = nn.Linear(H, 2 * H)
+    x = torch.randn(B, H, requires_grad=True)
+    # addmm now saves mat2 = weight.t() too (for x's gradient): a view of a Parameter, left out
+    led = saved_tensors(lin, x)
+    assert [(e.op, e.shape, e.bytes) for e in led.entries] == [("addmm", (B, H), B * H * 4)]
+
+
+# ---------------------------------------------------------------- ledger: lifetimes and nesting (Rules B, C)
+def _weak_output(run) -> "weakref.ref":
+    out = run()
+    ref = weakref.ref(out)
+    del out
+    gc.collect()
+    return ref
+
+
+@pytest.mark.parametrize("model", ["mlp", "gpt"])
+def test_a_measured_output_dies_with_its_ledger(model: str) -> None:
+    if model == "mlp":
+        m = MLPChain(MLPConfig(n_layers=3, width=16))
+        x = mlp_input(m.cfg, batch=4)
+    else:
+        cfg = GPTConfig(seq=8, batch=2, hidden=16, heads=2, n_layers=1, dropout=0.1)
+        m = GPTStack(cfg)
+        x = gpt_input(cfg)
+    # reference: without the ledger, the output (and the graph it holds) is freed
+    assert _weak_output(lambda: m(x))() is None
+    inner: list[weakref.ref] = []  # the storage of an activation deep inside, which the graph saves
+    # a ReLU saves its output; a LayerNorm's output is saved by the Linear after it
+    first = next(mod for mod in m.modules() if isinstance(mod, (nn.ReLU, nn.LayerNorm)))
+    handle = first.register_forward_hook(lambda mod, args, out: inner.append(weakref.ref(out.untyped_storage())))
+    led = saved_tensors(m, x, model=m)
+    handle.remove()
+    ref = weakref.ref(led.result)
+    assert inner[0]() is not None
+    del led
+    gc.collect()
+    assert ref() is None and inner[0]() is None
+
+
+def test_backward_through_a_ledger_graph_gives_the_plain_gradients() -> None:
+    cfg = GPTConfig(seq=8, batch=2, hidden=16, heads=2, n_layers=2, dropout=0.0)
+    torch.manual_seed(0)
+    m = GPTStack(cfg)
+    x = gpt_input(cfg, requires_grad=True)
+    m(x).square().sum().backward()
+    want = [p.grad.clone() for p in m.parameters()] + [x.grad.clone()]
+    m.zero_grad(set_to_none=True)
+    x.grad = None
+    saved_tensors(m, x, model=m).result.square().sum().backward()
+    got = [p.grad for p in m.parameters()] + [x.grad]
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
+def test_nested_ledgers_both_see_the_inner_region() -> None:
+    a = torch.randn(B, H, requires_grad=True)
+    with Ledger() as outer:
+        y = torch.tanh(a)  # saves its output: B*H*4
+        with Ledger() as inner:
+            z = torch.exp(y)  # saves its output: another B*H*4
+    assert inner.total_bytes == B * H * 4 and [e.op for e in inner.entries] == ["exp"]
+    assert outer.total_bytes == 2 * B * H * 4 and [e.op for e in outer.entries] == ["tanh", "exp"]
+    with Ledger() as outer:
+        y = torch.tanh(a)
+        with Ledger() as inner:
+            z = torch.exp(y)
+        w = torch.sin(z)  # saves its input z, already counted as exp's output: once
+    assert outer.total_bytes == 2 * B * H * 4 and [e.op for e in outer.entries] == ["tanh", "exp"]
+    del w
+
+
+def test_nested_ledger_with_a_model_attributes_inside_it() -> None:
+    model = nn.Sequential(nn.Linear(H, H), nn.ReLU())
+    x = torch.randn(B, H)
+    with Ledger() as outer:
+        inner = saved_tensors(model, x, model=model)
+    # the inner ledger leaves parameters out and names modules; the outer one sees the same storages
+    assert inner.by_module() == {"0": B * H * 4, "1": B * H * 4}
+    assert outer.total_bytes == inner.total_bytes
+
+
+def test_ledger_around_checkpoints_sees_their_inputs_only() -> None:
+    cfg = GPTConfig(seq=8, batch=2, hidden=16, heads=2, n_layers=1, dropout=0.0)
+    block = GPTStack(cfg, final_norm=False).blocks[0]
+    x = gpt_input(cfg, requires_grad=True)
+    led = saved_tensors(lambda t: checkpoint(block, t, use_reentrant=False), x)
+    assert led.total_bytes == x.untyped_storage().nbytes()
+
+
 def test_module_attribution_buffers_and_table() -> None:
     model = nn.Sequential(nn.Linear(H, H), nn.Sequential(nn.ReLU(), nn.BatchNorm1d(H)), nn.Softmax(-1))
     x = torch.randn(B, H)
@@ -190,6 +283,30 @@ def test_meter_counts_tracked_state_and_frees() -> None:
     assert m.baseline == 1024 and m.peak == 2048 and m.live == 2048
     assert [(e.op, e.delta) for e in m.timeline] == [("mul", 1024), ("free", -1024), ("add", 1024)]
     del z
+
+
+def test_meter_peak_is_exact_at_every_event() -> None:
+    with MemoryMeter() as m:
+        y = torch.ones(10)  # 40 B, the first event: the peak must not lag it
+    assert m.peak == 40 and m.timeline[-1].live_bytes == 40
+    with MemoryMeter() as m:
+        a = torch.ones(10)
+        del a
+        b = torch.ones(20)  # 80 B after a free: the peak is the largest live total, 80
+    assert m.peak == 80 and [e.live_bytes for e in m.timeline] == [40, 0, 80]
+    del y, b
+
+
+def test_optimizer_phase_ends_with_the_step() -> None:
+    w = nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+    w.grad = torch.ones(4)
+    with MemoryMeter(w, opt) as m:
+        opt.step()
+        after = torch.ones(3)
+    assert m.timeline[-1].op == "ones" and m.timeline[-1].phase == "forward"
+    assert "optimizer" in {e.phase for e in m.timeline[:-1]}
+    del after
 
 
 # ---------------------------------------------------------------- phases
