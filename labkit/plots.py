@@ -43,8 +43,9 @@ def _draw_timeline(ax, meter: MemoryMeter, title: str) -> None:
     peak = max(meter.timeline, key=lambda e: e.live_bytes, default=None)
     if peak is not None:
         ax.plot([peak.index], [peak.live_bytes / MiB], "v", color="crimson")
-        ax.annotate(f"peak {peak.live_bytes / MiB:.1f} MiB", (peak.index, peak.live_bytes / MiB),
+        ax.annotate(f"peak {peak.live_bytes / MiB:.1f} MiB ({peak.phase})", (peak.index, peak.live_bytes / MiB),
                     textcoords="offset points", xytext=(4, 4), fontsize=8, color="crimson")
+        ax.margins(y=0.15)  # room above the peak for its label
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("allocation / free event")
     ax.set_ylabel("live tensor MiB")

@@ -10,12 +10,12 @@ from labkit.checks import CheckFailure, NotAttempted
 from labkit.checks.lab01 import ex_1_1, ex_1_2, ex_1_3, ex_1_4, ex_1_5
 # the reference answers: the very text of the solution notebook's exercise cells
 from labkit.reference.activation_memory import (
-    attention_scores_bytes, crossover_batch, predict_chain_bytes, saved_bytes, training_state_bytes,
+    crossover_batch, predict_block_bytes, predict_chain_bytes, saved_bytes, training_state_bytes,
 )
 
 
 def make_hook(skip_params: bool = True, skip_views: bool = True, dedupe: bool = True,
-              storage_bytes: bool = True, return_tensor: bool = True):
+              storage_bytes: bool = True, return_tensor: bool = True, detach: bool = True):
     """saved_bytes with one of its parts switched off."""
     def hook_bytes(fn, *args) -> int:
         seen: set[int] = set()
@@ -29,7 +29,7 @@ def make_hook(skip_params: bool = True, skip_views: bool = True, dedupe: bool = 
             if not (skip_params and param) and not (dedupe and key in seen):
                 seen.add(key)
                 total += t.untyped_storage().nbytes() if storage_bytes else t.numel() * t.element_size()
-            return t if return_tensor else None
+            return (t.detach() if detach else t) if return_tensor else None
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             fn(*args)
@@ -37,7 +37,7 @@ def make_hook(skip_params: bool = True, skip_views: bool = True, dedupe: bool = 
     return hook_bytes
 
 
-SOLUTIONS = [(ex_1_1, predict_chain_bytes), (ex_1_2, attention_scores_bytes), (ex_1_3, training_state_bytes),
+SOLUTIONS = [(ex_1_1, predict_chain_bytes), (ex_1_2, predict_block_bytes), (ex_1_3, training_state_bytes),
              (ex_1_4, crossover_batch), (ex_1_5, saved_bytes)]
 
 
@@ -84,7 +84,8 @@ def test_student_exception_becomes_check_failure(check):
     assert "TypeError: unsupported operand" in str(err)
 
 
-@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize("check, solution", [c for c in SOLUTIONS if c[0] is not ex_1_2],
+                         ids=lambda v: getattr(v, "__name__", ""))
 def test_non_int_return_fails(check, solution):
     fails_with(check, lambda *a, **k: float(solution(*a, **k)), "return a Python int")
 
@@ -116,22 +117,62 @@ def test_ex_1_1_planted_bugs(bug, hint):
 
 
 # ---------------------------------------------------------------- 1.2
+def block_bug(module: str, change):
+    """predict_block_bytes with one module's value replaced by change(cfg, e, sbh, as2b, right)."""
+    def bug(cfg):
+        out = predict_block_bytes(cfg)
+        e = torch.empty((), dtype=cfg.dtype).element_size()
+        s, b, h, a = cfg.seq, cfg.batch, cfg.hidden, cfg.heads
+        out[module] = change(cfg, e, s * b * h, a * s * s * b, out[module])
+        return out
+    return bug
+
+
 @pytest.mark.parametrize("bug, hint", [
-    (lambda s, b, a, act_bytes=2, mask_bytes=1: 2 * act_bytes * a * s * s * b, "dropout saves its mask too"),
-    (lambda s, b, a, act_bytes=2, mask_bytes=1: 3 * act_bytes * a * s * s * b, "the dropout mask is bool"),
-    (lambda s, b, a, act_bytes=2, mask_bytes=1: (act_bytes + mask_bytes) * a * s * s * b, "dropout output"),
-    (lambda s, b, a, act_bytes=2, mask_bytes=1: (2 * act_bytes + mask_bytes) * s * s * b, "multiply by a"),
-    (lambda s, b, a, act_bytes=2, mask_bytes=1: (2 * act_bytes + mask_bytes) * a * s * b, "s² elements"),
-    (lambda s, b, a, act_bytes=2, mask_bytes=1: (4 + mask_bytes) * a * s * s * b, "not a fixed 2"),
-    (lambda s, b, a, act_bytes=2, mask_bytes=1: (2 * act_bytes + 1) * a * s * s * b, "not a fixed 1"),
+    (block_bug("attn.drop", lambda c, e, sbh, as2b, r: e * sbh), "a dropout mask is bool"),
+    (block_bug("mlp.drop", lambda c, e, sbh, as2b, r: 0), "dropout saves its mask"),
+    (block_bug("mlp.act", lambda c, e, sbh, as2b, r: e * sbh), "4h wide in the middle"),
+    (block_bug("mlp.fc2", lambda c, e, sbh, as2b, r: e * sbh), "4h wide in the middle"),
+    (block_bug("attn.core", lambda c, e, sbh, as2b, r: r - e * sbh), "saves v too"),
+    (block_bug("attn.core", lambda c, e, sbh, as2b, r: r - 2 * e * sbh), "saves both q and k"),
+    (block_bug("attn.core", lambda c, e, sbh, as2b, r: r - as2b), "dropout saves its mask: one byte per (b, a, s, s)"),
+    (block_bug("attn.core", lambda c, e, sbh, as2b, r: r + (e - 1) * as2b), "a dropout mask is bool"),
+    (block_bug("attn.core", lambda c, e, sbh, as2b, r: r - e * as2b), "the dropout output"),
+    (block_bug("attn.core", lambda c, e, sbh, as2b, r: r - (2 * e + 1) * (as2b - as2b // c.heads)), "multiply by a"),
+    (block_bug("attn.core", lambda c, e, sbh, as2b, r: 3 * e * sbh), "(b, a, s, s) tensors too"),
+    (block_bug("ln1", lambda c, e, sbh, as2b, r: r + 2 * c.seq * c.batch * e), "mean and rstd"),
+    (block_bug("attn.qkv", lambda c, e, sbh, as2b, r: sbh), "bytes, not elements"),
+    (block_bug("attn.proj", lambda c, e, sbh, as2b, r: 0), "saves its input"),
+    (block_bug("ln2", lambda c, e, sbh, as2b, r: r + 1), "list what each op in ln2 saves"),
 ])
 def test_ex_1_2_planted_bugs(bug, hint):
-    fails_with(ex_1_2, bug, hint)
+    err = fails_with(ex_1_2, bug, hint)
+    assert str(err).startswith("[ex 1.2] predict_block_bytes(GPTConfig(")
 
 
-def test_ex_1_2_wrong_defaults_fail():
-    fails_with(ex_1_2, lambda s, b, a, act_bytes=4, mask_bytes=1: (2 * act_bytes + mask_bytes) * a * s * s * b,
-               "three (b, a, s, s) tensors")
+def test_ex_1_2_wrong_keys_and_types_fail():
+    def dropped(cfg):
+        out = predict_block_bytes(cfg)
+        out["attn.core"] += out.pop("attn.core.drop", 0)
+        del out["mlp.drop"]
+        return out
+
+    fails_with(ex_1_2, dropped, "one key per module")
+    fails_with(ex_1_2, lambda cfg: list(predict_block_bytes(cfg).values()), "return a dict")
+    fails_with(ex_1_2, lambda cfg: {k: float(v) for k, v in predict_block_bytes(cfg).items()}, "return Python ints")
+
+
+def test_ex_1_2_measured_block_is_the_korthikanti_terms():
+    """The checker's measurement (LayerNorm statistics left out) equals the formula's terms, module by module."""
+    from labkit.checks.lab01 import BLOCK_CASES, measured_block_bytes
+    from labkit.models import GPTConfig, korthikanti_terms
+
+    for s_, b_, h_, a_, dtype in BLOCK_CASES:
+        cfg = GPTConfig(seq=s_, batch=b_, hidden=h_, heads=a_, n_layers=1, dtype=dtype, dropout=0.1)
+        terms: dict[str, int] = {}
+        for t in korthikanti_terms(cfg):
+            terms[t.module] = terms.get(t.module, 0) + t.bytes
+        assert measured_block_bytes(cfg) == terms
 
 
 # ---------------------------------------------------------------- 1.3
@@ -172,7 +213,8 @@ def test_ex_1_4_float_return_fails():
     (make_hook(skip_params=False), "leave out nn.Parameters and their views"),
     (make_hook(skip_views=False), "whose _base is the weight"),
     (make_hook(storage_bytes=False), "keeps its whole storage alive"),
-    (make_hook(return_tensor=False), "pack must return the tensor"),
+    (make_hook(return_tensor=False), "pack must return t.detach()"),
+    (make_hook(detach=False), "reference cycle"),
 ])
 def test_ex_1_5_planted_bugs(bug, hint):
     fails_with(ex_1_5, bug, hint)
@@ -193,4 +235,31 @@ def test_ex_1_5_pack_returning_other_tensor_breaks_gradients():
             fn(*args)  # the graph the checker runs backward through: its saved tensors unpack as zeros
         return total
 
-    fails_with(ex_1_5, zeroing, "pack must return the tensor")
+    fails_with(ex_1_5, zeroing, "pack must return t.detach()")
+
+
+def test_ex_1_5_gradients_off_in_the_last_bits_fail():
+    """Bitwise, not allclose: an unpack that rounds through float16 changes gradients only in the last bits."""
+    def rounding(fn, *args) -> int:
+        total = saved_bytes(fn, *args)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach(), lambda t: t.half().to(t.dtype)):
+            fn(*args)
+        return total
+
+    fails_with(ex_1_5, rounding, "pack must return t.detach()")
+
+
+def test_ex_1_5_fn_never_called():
+    fails_with(ex_1_5, lambda fn, *args: 0, "call fn(*args) inside")
+
+
+def test_ex_1_2_first_case_tells_every_mistake_apart():
+    """The first block checked decides the hint: there, no two mistakes give the same bytes."""
+    from labkit.checks.lab01 import BLOCK_CASES, BLOCK_MODULES, _block_mistakes
+    from labkit.models import GPTConfig
+
+    s_, b_, h_, a_, dtype = BLOCK_CASES[0]
+    cfg = GPTConfig(seq=s_, batch=b_, hidden=h_, heads=a_, n_layers=1, dtype=dtype)
+    for module in BLOCK_MODULES:
+        values = [v for v, _ in _block_mistakes(module, cfg)]
+        assert len(set(values)) == len(values), module

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import itertools
+import types
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import pytest
 import torch
@@ -11,7 +12,12 @@ import torch
 from labkit import checks
 from labkit.checks import CheckFailure, NotAttempted
 from labkit.reference import recompute as ref
-from labkit.reference.recompute import RecomputeRNG, Recompute, restored_rng, stash_rng
+from labkit.checks.lab02 import hints as H
+from labkit.reference.recompute import (
+    RecomputeRNG, Recompute, refuse_unsupported_backward, restored_autocast, restored_rng, save_inputs,
+    stash_autocast, stash_rng,
+)
+from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 
 def _fails(check, *args) -> CheckFailure:
@@ -25,8 +31,9 @@ def _fails(check, *args) -> CheckFailure:
 @pytest.mark.parametrize("check, args, ex", [
     (checks.ex_2_1, (Recompute,), "2.1"),
     (checks.ex_2_2, (stash_rng, restored_rng, RecomputeRNG), "2.2"),
-    (checks.ex_2_3, (ref.checkpoint,), "2.3"),
-    (checks.ex_2_4, (ref.checkpoint_hooks,), "2.4"),
+    (checks.ex_2_3, (stash_autocast, restored_autocast), "2.3"),
+    (checks.ex_2_4, (ref.checkpoint,), "2.4"),
+    (checks.ex_2_5, (ref.checkpoint_hooks,), "2.5"),
 ])
 def test_reference_passes_with_one_line(check, args, ex, capsys):
     check(*args)
@@ -34,12 +41,25 @@ def test_reference_passes_with_one_line(check, args, ex, capsys):
     assert out.startswith(f"[ex {ex}] passed: ") and out.count("\n") == 1
 
 
-def test_checks_leave_the_global_generator_alone():
+def test_torch_non_reentrant_checkpoint_passes_2_5():
+    """The checker asks of checkpoint_hooks what PyTorch's own non-reentrant checkpoint does."""
+    checks.ex_2_5(lambda fn, *args, **kwargs: torch_checkpoint(fn, *args, use_reentrant=False, **kwargs))
+
+
+@pytest.mark.parametrize("check, args", [
+    (checks.ex_2_1, (Recompute,)),
+    (checks.ex_2_2, (stash_rng, restored_rng, RecomputeRNG)),
+    (checks.ex_2_3, (stash_autocast, restored_autocast)),
+    (checks.ex_2_4, (ref.checkpoint,)),
+    (checks.ex_2_5, (ref.checkpoint_hooks,)),
+], ids=["2.1", "2.2", "2.3", "2.4", "2.5"])
+def test_checks_leave_the_global_generator_and_autocast_alone(check, args):
     torch.manual_seed(123)
     want = torch.rand(3)
     torch.manual_seed(123)
-    checks.ex_2_3(ref.checkpoint)
+    check(*args)
     assert torch.equal(torch.rand(3), want)
+    assert not torch.is_autocast_enabled("cpu")
 
 
 # ---------------------------------------------------------------- stubs and wrong arguments
@@ -71,13 +91,21 @@ def stub_restored_rng(state):
     yield
 
 
+@contextmanager
+def stub_restored_autocast(state):
+    raise NotImplementedError("Exercise 2.3: re-enter the forward's autocast")
+    yield
+
+
 @pytest.mark.parametrize("check, args, ex", [
     (checks.ex_2_1, (StubRecompute,), "2.1"),
     (checks.ex_2_1, (StubBackward,), "2.1"),
     (checks.ex_2_2, (_stub("2.2"), restored_rng, RecomputeRNG), "2.2"),
     (checks.ex_2_2, (stash_rng, stub_restored_rng, RecomputeRNG), "2.2"),
-    (checks.ex_2_3, (_stub("2.3"),), "2.3"),
+    (checks.ex_2_3, (_stub("2.3"), restored_autocast), "2.3"),
+    (checks.ex_2_3, (stash_autocast, stub_restored_autocast), "2.3"),
     (checks.ex_2_4, (_stub("2.4"),), "2.4"),
+    (checks.ex_2_5, (_stub("2.5"),), "2.5"),
 ])
 def test_a_stub_is_not_attempted(check, args, ex):
     with pytest.raises(NotAttempted, match=rf"\[ex {ex}\] not attempted"):
@@ -90,8 +118,9 @@ def test_a_stub_is_not_attempted(check, args, ex):
     (checks.ex_2_1, (len,)),
     (checks.ex_2_2, (stash_rng(), restored_rng, RecomputeRNG)),
     (checks.ex_2_2, (stash_rng, restored_rng, 3)),
-    (checks.ex_2_3, (torch.zeros(2),)),
-    (checks.ex_2_4, ("checkpoint_hooks",)),
+    (checks.ex_2_3, (stash_autocast(), restored_autocast)),
+    (checks.ex_2_4, (torch.zeros(2),)),
+    (checks.ex_2_5, ("checkpoint_hooks",)),
 ])
 def test_a_non_callable_is_a_check_failure(check, args):
     err = _fails(check, *args)
@@ -227,6 +256,43 @@ class ForwardRaises(Recompute):
         ctx.save_for_backward(fn)  # TypeError: save_for_backward can only save tensors
 
 
+class TensorOutputsOnly(Recompute):
+    """fn's outputs taken to be tensors: an int or None output crashes backward."""
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        inputs = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
+        with torch.enable_grad():
+            outputs = ctx.fn(*inputs)
+        outputs = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs)
+        pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad]
+        torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        return (None, *[x.grad for x in inputs])
+
+
+class WrongOrder(Recompute):
+    """The input gradients returned in reverse order."""
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        none, *grads = Recompute.backward(ctx, *grad_outputs)
+        return (none, *grads[::-1])
+
+
+class NoRefusal(Recompute):
+    """The given refuse_unsupported_backward() line deleted."""
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        inputs = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
+        with torch.enable_grad():
+            outputs = ctx.fn(*inputs)
+        outputs = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs)
+        pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
+        torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        return (None, *[x.grad for x in inputs])
+
+
 @pytest.mark.parametrize("bug, keyword, what", [
     (ForwardWithGrad, "torch.no_grad()", "grad mode while forward ran fn"),
     (RerunWithoutGrad, "recompute under torch.enable_grad()", "grad mode while backward reran fn"),
@@ -238,6 +304,9 @@ class ForwardRaises(Recompute):
     (RerunsTwice, "exactly twice", "calls of fn"),
     (NotSaved, "ctx.save_for_backward", "bytes saved"),
     (ForwardRaises, "forward(ctx, fn, *args)", "Recompute.apply"),
+    (TensorOutputsOnly, "isinstance(o, torch.Tensor)", "outputs (tensor, None, 3)"),
+    (WrongOrder, "in the order the inputs came", "backward"),
+    (NoRefusal, "refuse_unsupported_backward()", "torch.autograd.grad(loss, [x])"),
 ])
 def test_ex_2_1_catches(bug, keyword, what):
     err = _fails(checks.ex_2_1, bug)
@@ -246,9 +315,10 @@ def test_ex_2_1_catches(bug, keyword, what):
 
 
 def test_ex_2_1_hints_are_distinct():
-    hints = {_fails(checks.ex_2_1, bug).hint for bug in
-             (ForwardWithGrad, RerunWithoutGrad, NotDetached, SavesOutput, NoLeadingNone, NoInputGrad, RerunsTwice)}
-    assert len(hints) == 7
+    bugs = (ForwardWithGrad, RerunWithoutGrad, NotDetached, SavesOutput, NoLeadingNone, NoInputGrad, RerunsTwice,
+            NotSaved, TensorOutputsOnly, WrongOrder, NoRefusal)
+    hints = {_fails(checks.ex_2_1, bug).hint for bug in bugs}
+    assert len(hints) == len(bugs)
 
 
 def test_an_autograd_error_is_reported_with_its_message_not_a_traceback():
@@ -326,6 +396,62 @@ def test_ex_2_2_catches(args, keyword, what):
 
 
 # ---------------------------------------------------------------- planted bugs of Exercise 2.3
+def stash_autocast_no_dtype(*args):
+    """The dtype is not stashed: bfloat16 is assumed."""
+    state = stash_autocast(*args)
+    state.settings = {d: (on, torch.bfloat16) for d, (on, _) in state.settings.items()}
+    return state
+
+
+@contextmanager
+def restored_autocast_nothing(state):
+    """The block runs under whatever autocast is active."""
+    yield
+
+
+@contextmanager
+def restored_autocast_always_on(state):
+    """enabled is not passed on: autocast is switched on even for a forward that ran without it."""
+    with ExitStack() as stack:
+        for device, (_, dtype) in state.settings.items():
+            stack.enter_context(torch.autocast(device, dtype=dtype))
+        yield
+
+
+@contextmanager
+def restored_autocast_never_left(state):
+    """autocast is switched on by hand and never switched back."""
+    for device, (enabled, dtype) in state.settings.items():
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, dtype)
+    yield
+
+
+def restored_autocast_plain_function(state):
+    """Not a context manager."""
+    torch.set_autocast_enabled("cpu", True)
+
+
+@pytest.fixture(autouse=True)
+def _autocast_off_after_each_test():
+    yield
+    torch.set_autocast_enabled("cpu", False)
+    torch.set_autocast_dtype("cpu", torch.bfloat16)
+
+
+@pytest.mark.parametrize("args, keyword, what", [
+    ((stash_autocast_no_dtype, restored_autocast), "dtype too", "float16"),
+    ((stash_autocast, restored_autocast_nothing), "ran in float32", "bfloat16"),
+    ((stash_autocast, restored_autocast_always_on), "enabled=that", "without autocast"),
+    ((stash_autocast, restored_autocast_never_left), "leaving the block", "after the with-block"),
+    ((stash_autocast, restored_autocast_plain_function), "@contextmanager", "restored_autocast(s)"),
+])
+def test_ex_2_3_catches(args, keyword, what):
+    err = _fails(checks.ex_2_3, *args)
+    assert keyword in err.hint and what in err.what, err
+
+
+# ---------------------------------------------------------------- planted bugs of Exercise 2.4
 def _split(args):
     where = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     return where, [args[i] for i in where]
@@ -390,6 +516,76 @@ def checkpoint_on_broken_recompute(fn, *args, **kwargs):
     return _broken_rng(NoLeadingNone).apply(fn, *args)
 
 
+def checkpoint_without_autocast(fn, *args, **kwargs):
+    """The autocast state is not replayed: the recompute runs in float32."""
+    where, tensors = _split(args)
+    if torch.is_grad_enabled() and not any(t.requires_grad for t in tensors):
+        warnings.warn(ref.NO_GRAD_INPUTS, stacklevel=2)
+
+    def run(*tensor_args):
+        full = list(args)
+        for i, t in zip(where, tensor_args):
+            full[i] = t
+        return fn(*full, **kwargs)
+
+    return RecomputeRNG.apply(run, *tensors)
+
+
+def checkpoint_closes_over_args(fn, *args, **kwargs):
+    """run ignores the tensors it is given and reruns fn on the originals."""
+    where, tensors = _split(args)
+    autocast = stash_autocast(*tensors)
+
+    def run(*tensor_args):
+        with restored_autocast(autocast):
+            return fn(*args, **kwargs)
+
+    return RecomputeRNG.apply(run, *tensors)
+
+
+class _NoRefusalRNG(RecomputeRNG):
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        with restored_rng(ctx.rng):
+            return NoRefusal.backward(ctx, *grad_outputs)
+
+
+def checkpoint_without_refusal(fn, *args, **kwargs):
+    """Built on a Function of its own that answers .grad() by writing .grad inside fn."""
+    where, tensors = _split(args)
+    autocast = stash_autocast(*tensors)
+
+    def run(*tensor_args):
+        full = list(args)
+        for i, t in zip(where, tensor_args):
+            full[i] = t
+        with restored_autocast(autocast):
+            return fn(*full, **kwargs)
+
+    return _NoRefusalRNG.apply(run, *tensors)
+
+
+def _rng_with(restored):
+    """RecomputeRNG whose backward replays the RNG with `restored` instead of restored_rng."""
+    class RecomputeWith(Recompute):
+        @staticmethod
+        def forward(ctx, fn, *args):
+            ctx.rng = stash_rng(*args)
+            return Recompute.forward(ctx, fn, *args)
+
+        @staticmethod
+        def backward(ctx, *grad_outputs):
+            with restored(ctx.rng):
+                return Recompute.backward(ctx, *grad_outputs)
+    return RecomputeWith
+
+
+def _in_namespace(fn, **names):
+    """fn as if defined in a notebook whose `names` are the given (broken) definitions."""
+    namespace = dict(fn.__globals__, **names)
+    return types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
 @pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")
 @pytest.mark.parametrize("bug, keyword, what", [
     (checkpoint_everything_through_apply, "non-tensor arguments", "checkpoint(fn, h, 0.5, s, True, None"),
@@ -399,58 +595,70 @@ def checkpoint_on_broken_recompute(fn, *args, **kwargs):
     (checkpoint_warns_under_no_grad, "torch.is_grad_enabled()", "under torch.no_grad()"),
     (checkpoint_warns_here, "stacklevel=2", "where the warning points"),
     (checkpoint_without_rng, "use RecomputeRNG.apply", "dropout p=0.5"),
-    (checkpoint_on_broken_recompute, "None for fn", "no dropout"),
+    (checkpoint_without_autocast, "restored_autocast(state) inside run", "forward under autocast"),
+    (checkpoint_closes_over_args, "not the ones checkpoint was called with", "tensors fn received"),
+    (checkpoint_without_refusal, "refuse_unsupported_backward()", "torch.autograd.grad"),
+    (_in_namespace(ref.checkpoint, restored_rng=restored_rng_no_fork, RecomputeRNG=_rng_with(restored_rng_no_fork)),
+     "make Exercise 2.2 pass first", "Exercise 2.2, which checkpoint is built on"),
+    (_in_namespace(ref.checkpoint, Recompute=NoLeadingNone, RecomputeRNG=_broken_rng(NoLeadingNone)),
+     "make Exercise 2.1 pass first", "Exercise 2.1, which checkpoint is built on"),
+    (_in_namespace(ref.checkpoint, restored_autocast=restored_autocast_nothing), "make Exercise 2.3 pass first",
+     "Exercise 2.3, which checkpoint is built on"),
 ])
-def test_ex_2_3_catches(bug, keyword, what):
-    err = _fails(checks.ex_2_3, bug)
+def test_ex_2_4_catches(bug, keyword, what):
+    err = _fails(checks.ex_2_4, bug)
     assert keyword in err.hint and what in err.what, err
 
 
-# ---------------------------------------------------------------- planted bugs of Exercise 2.4
-def _hooks(fn, args, kwargs, *, replay=True, keep=False, grad=True, once=True):
+# ---------------------------------------------------------------- planted bugs of Exercise 2.5
+def _hooks(fn, args, kwargs, *, replay=True, keep=False, grad=True, once=True, fork=True, pop=True,
+           through_autograd=True, per_task=True, autocast=True, exact=True):
     """checkpoint_hooks with one piece switchable off."""
-    rng = stash_rng(*args)
+    rng, amp = stash_rng(*args), stash_autocast(*args)
+    saved = save_inputs([a for a in args if isinstance(a, torch.Tensor)]) if through_autograd else None
     rebuilt = {}
     placeholders = itertools.count()
 
+    def replayed():
+        if not replay:
+            return torch.random.fork_rng(devices=[])
+        if fork:
+            return restored_rng(rng)
+        torch.set_rng_state(rng.cpu)  # the generator is left where the rerun ends
+        return ExitStack()
+
     def rerun():
-        rebuilt.clear()
-        inputs = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
-        with (restored_rng(rng) if replay else torch.random.fork_rng(devices=[])), torch.set_grad_enabled(grad), \
-                torch.autograd.graph.saved_tensors_hooks(lambda t: rebuilt.setdefault(len(rebuilt), t.detach()),
-                                                         lambda _: None):
+        tensors = iter(saved()) if through_autograd else iter(a for a in args if isinstance(a, torch.Tensor))
+        inputs = [next(tensors).detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+                  for a in args]
+        kept = {}
+        with replayed(), (restored_autocast(amp) if autocast else ExitStack()), torch.set_grad_enabled(grad), \
+                torch.autograd.graph.saved_tensors_hooks(
+                    lambda t: kept.setdefault(len(kept), t.detach() if exact else t.detach().half().float()),
+                    lambda _: None):
             fn(*inputs, **kwargs)
+        return kept
 
     def pack(t):
-        return t if keep else next(placeholders)
+        return t.detach() if keep else next(placeholders)
 
     def unpack(index):
         if keep:
             return index
-        if not rebuilt or not once:
-            rerun()
-        return rebuilt[index]
+        task = torch._C._current_graph_task_id() if per_task else 0
+        if task not in rebuilt or not once:
+            rebuilt[task] = rerun()
+        return rebuilt[task].pop(index) if pop else rebuilt[task][index]
 
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         return fn(*args, **kwargs)
 
 
-def hooks_no_rng(fn, *args, **kwargs):
-    """Bug 9a."""
-    return _hooks(fn, args, kwargs, replay=False)
-
-
-def hooks_keep_tensors(fn, *args, **kwargs):
-    """Bug 9b."""
-    return _hooks(fn, args, kwargs, keep=True)
-
-
-def hooks_no_grad(fn, *args, **kwargs):
-    return _hooks(fn, args, kwargs, grad=False)
-
-
-def hooks_rerun_every_unpack(fn, *args, **kwargs):
-    return _hooks(fn, args, kwargs, once=False)
+def _hooks_bug(**off):
+    def bug(fn, *args, **kwargs):
+        return _hooks(fn, args, kwargs, **off)
+    bug.__name__ = "hooks_" + "_".join(off)
+    return bug
 
 
 def hooks_through_function(fn, *args, **kwargs):
@@ -458,27 +666,70 @@ def hooks_through_function(fn, *args, **kwargs):
     return ref.checkpoint(fn, *args, **kwargs)
 
 
-@pytest.mark.parametrize("bug, keyword, what", [
-    (hooks_no_rng, "stash the RNG state", "dropout p=0.5"),
-    (hooks_keep_tensors, "placeholder", "activations alive"),
-    (hooks_no_grad, "rerun fn under torch.enable_grad()", "grad mode while fn was rerun"),
-    (hooks_rerun_every_unpack, "rerun fn once, at the first unpack", "calls of fn"),
-    (hooks_through_function, "keep the outer graph", "torch.autograd.grad"),
-])
-def test_ex_2_4_catches(bug, keyword, what):
-    err = _fails(checks.ex_2_4, bug)
+def test_the_hooks_rig_with_nothing_off_passes():
+    checks.ex_2_5(_hooks_bug())
+
+
+HOOK_BUGS = [
+    (dict(replay=False), "stash the RNG state", "dropout p=0.5"),
+    (dict(keep=True), "placeholder", "activations alive"),
+    (dict(grad=False), "rerun fn under torch.enable_grad()", "grad mode while fn was rerun"),
+    (dict(once=False), "rerun fn once, at the first unpack", "calls of fn"),
+    (dict(fork=False), "afterwards the generator must continue", "torch.rand(4) after the step"),
+    (dict(pop=False), "hand each tensor over and forget it", "still held"),
+    (dict(through_autograd=False), "save_inputs", "bytes saved"),
+    (dict(per_task=False), "torch._C._current_graph_task_id()", "retain_graph=True"),
+    (dict(autocast=False), "restored_autocast(state)", "forward under autocast"),
+    (dict(exact=False), "i-th tensor the rerun saved", "no dropout: gradient of"),
+]
+
+
+@pytest.mark.parametrize("off, keyword, what", HOOK_BUGS, ids=["_".join(b[0]) for b in HOOK_BUGS])
+def test_ex_2_5_catches(off, keyword, what):
+    err = _fails(checks.ex_2_5, _hooks_bug(**off))
     assert keyword in err.hint and what in err.what, err
 
 
-def test_each_planted_bug_has_its_own_hint():
-    """Bugs 1-9 of the lab: no two share a hint, so the hint says which mistake it was."""
-    cases = [(checks.ex_2_1, ForwardWithGrad), (checks.ex_2_1, RerunWithoutGrad), (checks.ex_2_2, NoRestore),
-             (checks.ex_2_1, NotDetached), (checks.ex_2_1, SavesOutput), (checks.ex_2_1, NoLeadingNone),
-             (checks.ex_2_3, checkpoint_everything_through_apply), (checks.ex_2_3, checkpoint_never_warns),
-             (checks.ex_2_4, hooks_no_rng), (checks.ex_2_4, hooks_keep_tensors)]
-    hints = []
-    for check, bug in cases:
-        args = (stash_rng, restored_rng, bug) if check is checks.ex_2_2 else (bug,)
-        hints.append(_fails(check, *args).hint)
-    assert len(set(hints)) == len(cases)
+def test_ex_2_5_catches_a_reentrant_checkpoint():
+    err = _fails(checks.ex_2_5, hooks_through_function)
+    assert "keep the outer graph" in err.hint and "torch.autograd.grad" in err.what, err
 
+
+def test_ex_2_5_prerequisite():
+    err = _fails(checks.ex_2_5, _in_namespace(ref.checkpoint_hooks, restored_autocast=restored_autocast_nothing))
+    assert "make Exercise 2.3 pass first" in err.hint, err
+
+
+# ---------------------------------------------------------------- one hint per mistake, each from the table
+def test_each_planted_bug_has_its_own_hint():
+    """No two mistakes share a hint, so the hint says which mistake it was."""
+    cases = [(checks.ex_2_1, (b,)) for b in (ForwardWithGrad, RerunWithoutGrad, NotDetached, SavesOutput,
+                                             NoLeadingNone, NoInputGrad, RerunsTwice, NotSaved, TensorOutputsOnly,
+                                             WrongOrder, NoRefusal)]
+    cases += [(checks.ex_2_2, (stash_rng, restored_rng, NoRestore)),
+              (checks.ex_2_2, (stash_rng, restored_rng_sets_nothing, RecomputeRNG)),
+              (checks.ex_2_2, (stash_rng, restored_rng_no_fork, RecomputeRNG))]
+    cases += [(checks.ex_2_3, a) for a in ((stash_autocast_no_dtype, restored_autocast),
+                                           (stash_autocast, restored_autocast_nothing),
+                                           (stash_autocast, restored_autocast_always_on),
+                                           (stash_autocast, restored_autocast_never_left))]
+    cases += [(checks.ex_2_4, (b,)) for b in (checkpoint_everything_through_apply, checkpoint_never_warns,
+                                              checkpoint_without_rng, checkpoint_without_autocast,
+                                              checkpoint_closes_over_args, checkpoint_without_refusal)]
+    cases += [(checks.ex_2_5, (_hooks_bug(**off),)) for off, *_ in HOOK_BUGS]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hints = [_fails(check, *args).hint for check, args in cases]
+    assert len(set(hints)) == len(cases), [h for h in hints if hints.count(h) > 1]
+
+
+def test_every_hint_in_the_table_is_a_string_used_by_a_checker():
+    from pathlib import Path
+
+    import labkit.checks.lab02 as package
+
+    names = [n for n in vars(H) if n.isupper() and isinstance(getattr(H, n), str)]
+    code = "".join(p.read_text() for p in Path(package.__file__).parent.glob("*.py") if p.name != "hints.py")
+    in_table = {hint for _, hint in H.KNOWN_ERRORS}
+    unused = [n for n in names if f"H.{n}" not in code and getattr(H, n) not in in_table]
+    assert not unused, unused

@@ -2,12 +2,15 @@
 
 Every checker holds the student's answer against a measurement, not only a
 formula: labkit's saved-tensor ledger for what autograd keeps (1.1, 1.2, 1.5)
-and a real Adam step for the training state (1.3, 1.4). When an answer is
+and a real Adam step for the training state (1.3, 1.4). Gradients are compared
+bit for bit (torch.equal), never with a tolerance. When an answer is
 wrong, the checker compares it with the values that common mistakes give and
 picks the hint of the one it matches (`_hint`).
 """
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,7 +19,7 @@ from torch import nn
 
 from labkit.checks.base import CheckFailure, attempt, passed, trap
 from labkit.memory import saved_tensors
-from labkit.models import GPTBlock, GPTConfig, MLPChain, MLPConfig, gpt_input, korthikanti_terms, mlp_input
+from labkit.models import GPTBlock, GPTConfig, MLPChain, MLPConfig, gpt_input, mlp_input
 
 __all__ = ["ex_1_1", "ex_1_2", "ex_1_3", "ex_1_4", "ex_1_5"]
 
@@ -77,58 +80,89 @@ def ex_1_1(predict_chain_bytes: Callable[[int, int, int, torch.dtype], int]) -> 
 
 
 # ---------------------------------------------------------------- 1.2
-def _measured_scores_bytes(s: int, b: int, a: int, dtype: torch.dtype) -> int:
-    """attn.core's saved bytes (its submodules included) minus the q, k, v copies: 3·A·sbh."""
-    h = 4 * a
-    cfg = GPTConfig(seq=s, batch=b, hidden=h, heads=a, n_layers=1, dtype=dtype)
+BLOCK_MODULES = ("ln1", "attn.qkv", "attn.core", "attn.proj", "attn.drop", "ln2", "mlp.fc1", "mlp.act", "mlp.fc2",
+                 "mlp.drop")
+BLOCK_CASES = [(12, 2, 16, 4, torch.bfloat16), (12, 1, 24, 3, torch.float32), (16, 2, 48, 4, torch.bfloat16),
+               (6, 3, 12, 3, torch.float64)]  # (s, b, h, a, dtype), dropout 0.1; a·s/h is no small power of 2, so mistakes differ
+
+
+def measured_block_bytes(cfg: GPTConfig) -> dict[str, int]:
+    """The ledger of one GPTBlock, per module of BLOCK_MODULES (submodules folded in), LayerNorm mean/rstd left out."""
     block = GPTBlock(cfg)
     with torch.random.fork_rng(devices=[]):  # dropout draws from the global RNG; leave the student's alone
         ledger = saved_tensors(block, gpt_input(cfg), model=block)
-    core = sum(v for m, v in ledger.by_module().items() if m == "attn.core" or m.startswith("attn.core."))
-    measured = core - 3 * _element_size(dtype) * s * b * h
-    formula = sum(t.bytes for t in korthikanti_terms(cfg) if t.module == "attn.core" and "s²" in t.formula)
-    if measured != formula:
-        raise RuntimeError(f"labkit: attn.core saved {measured} bytes of scores but Korthikanti's terms "
-                           f"give {formula} for {cfg}; the kit disagrees with itself, please report this.")
-    return measured
+    out = dict.fromkeys(BLOCK_MODULES, 0)
+    for e in ledger.entries:
+        if e.module.startswith("ln") and e.shape[-1] == 1:
+            continue  # LayerNorm's per-row mean and rstd, (b, s, 1): the exercise leaves them out
+        owner = next(m for m in BLOCK_MODULES if e.module == m or e.module.startswith(m + "."))
+        out[owner] += e.bytes
+    return out
 
 
-def ex_1_2(attention_scores_bytes: Callable[..., int]) -> None:
-    """Exercise 1.2: attention_scores_bytes(s, b, a, act_bytes, mask_bytes) matches core attention's s² bytes."""
+def _block_mistakes(module: str, cfg: GPTConfig) -> Mistakes:
+    """Values common mistakes give for one module's bytes, with the hint for each."""
+    s, b, h, a = cfg.seq, cfg.batch, cfg.hidden, cfg.heads
+    e, sbh, as2b = _element_size(cfg.dtype), s * b * h, a * s * s * b
+    elements = "bytes, not elements: multiply by the element size of cfg.dtype"
+    if module.endswith("drop"):
+        return [(e * sbh, "a dropout mask is bool: one byte per element, whatever the activation dtype"),
+                (0, "dropout saves its mask for backward (which elements it kept)")]
+    if module in ("mlp.act", "mlp.fc2"):
+        return [(e * sbh, "the MLP is 4h wide in the middle: GeLU saves its input, fc1's output, and fc2 saves "
+                          "its input, GeLU's output, each 4·s·b·h elements"), (4 * sbh, elements)]
+    if module == "attn.core":
+        full = 3 * e * sbh + (2 * e + 1) * as2b
+        return [(full - e * sbh, "the ·v matmul saves v too (to get the scores' gradient)"),
+                (full - 2 * e * sbh, "q·kᵀ saves both q and k (each is needed for the other's gradient)"),
+                (full - as2b, "dropout saves its mask: one byte per (b, a, s, s) element"),
+                (full + (e - 1) * as2b, "a dropout mask is bool: one byte per element, whatever the activation dtype"),
+                (full - e * as2b, "the ·v matmul saves its other operand too, the dropout output: a second "
+                                  "(b, a, s, s) tensor in the activation dtype"),
+                (3 * e * sbh + (2 * e + 1) * s * s * b, "each head has its own s × s scores: multiply by a"),
+                (3 * e * sbh, "core attention saves (b, a, s, s) tensors too: softmax output, dropout mask, "
+                              "dropout output")]
+    return [(sbh, elements), (0, "every Linear and LayerNorm saves its input"),
+            (e * sbh + 2 * s * b * e, "leave out LayerNorm's per-row mean and rstd, as the spec says")]
+
+
+def _call_dict(predict_block_bytes: Callable[..., Any], cfg: GPTConfig, call: str) -> dict[str, int]:
+    """predict_block_bytes(cfg), which must return {module: int} with exactly BLOCK_MODULES as keys."""
     __tracebackhide__ = True
-    # (s, b, a, dtype of a measured block or None, act_bytes, mask_bytes); None: formula terms only
-    cases = [(12, 2, 3, torch.bfloat16, 2, 1), (8, 3, 2, torch.bfloat16, 2, 1), (16, 1, 4, torch.bfloat16, 2, 1),
-             (8, 3, 2, torch.float32, 4, 1), (10, 2, 5, torch.float32, 4, 1), (12, 2, 3, None, 2, 2)]
-    for s, b, a, dtype, act, mask in cases:
-        if dtype is None:
-            cfg = GPTConfig(seq=s, batch=b, hidden=4 * a, heads=a, n_layers=1)
-            terms = korthikanti_terms(cfg, act_bytes=act, mask_bytes=mask)
-            expected = sum(t.bytes for t in terms if t.module == "attn.core" and "s²" in t.formula)
-        else:
-            expected = _measured_scores_bytes(s, b, a, dtype)
-        # bfloat16 cases use the defaults, which must be act_bytes=2, mask_bytes=1
-        kwargs = {} if (act, mask) == (2, 1) else {"act_bytes": act, "mask_bytes": mask}
-        shown = "".join(f", {k}={v}" for k, v in kwargs.items())
-        call = f"attention_scores_bytes({s}, {b}, {a}{shown})"
-        got = _call_int("1.2", attention_scores_bytes, (s, b, a), kwargs, call)
-        if got != expected:
-            A, M, as2b = act, mask, a * s * s * b
-            mistakes = [
-                (2 * A * as2b, "dropout saves its mask too: add mask_bytes per element of (b, a, s, s)"),
-                (3 * A * as2b, "the dropout mask is bool: mask_bytes per element, not act_bytes"),
-                ((2 * 2 + M) * as2b, "use the act_bytes argument, not a fixed 2"),
-                ((A + M) * as2b, "the dropout output is saved too (attention-over-V's input): two act_bytes tensors"),
-                ((2 * A + M) * s * s * b, "each head has its own s × s scores: multiply by a"),
-                ((2 * A + M) * a * s * s, "every sequence in the batch has its own scores: multiply by b"),
-                ((2 * A + M) * a * s * b, "the scores are (b, a, s, s): s² elements per head, not s"),
-                ((2 * A + 1) * as2b, "use the mask_bytes argument, not a fixed 1"),
-            ]
-            where = "formula terms" if dtype is None else f"a measured {dtype} GPT block"
-            raise CheckFailure("1.2", f"{call} against {where}", expected, got,
-                               _hint(got, expected, mistakes,
-                                     "three (b, a, s, s) tensors: softmax output and dropout output at act_bytes "
-                                     "each, the dropout mask at mask_bytes"))
-    passed("1.2", f"attention_scores_bytes matches measured GPT blocks (bfloat16, float32) on {len(cases)} cases")
+    with trap("1.2", f"calling {call}", f"run {call} in a cell of its own to see where it fails"):
+        got = attempt("1.2", predict_block_bytes, cfg)
+    if not isinstance(got, dict):
+        raise CheckFailure("1.2", f"the type {call} returns", "a dict {module name: bytes}",
+                           f"{type(got).__name__} {got!r:.60}", "return a dict keyed by module name, as the spec shows")
+    if set(got) != set(BLOCK_MODULES):
+        missing, extra = sorted(set(BLOCK_MODULES) - set(got)), sorted(set(got) - set(BLOCK_MODULES))
+        raise CheckFailure("1.2", f"the keys of {call}", ", ".join(BLOCK_MODULES),
+                           f"missing {missing or 'none'}, extra {extra or 'none'}",
+                           "one key per module the spec lists; attn.core includes its dropout (attn.core.drop)")
+    bad = [m for m, v in got.items() if isinstance(v, bool) or not isinstance(v, int)]
+    if bad:
+        raise CheckFailure("1.2", f"the value for {bad[0]!r} in {call}", "int", type(got[bad[0]]).__name__,
+                           "return Python ints: use // rather than /, or int(...) on the result")
+    return got
+
+
+def ex_1_2(predict_block_bytes: Callable[[GPTConfig], dict[str, int]]) -> None:
+    """Exercise 1.2: predict_block_bytes(cfg) equals the ledger of a GPTBlock, module by module."""
+    __tracebackhide__ = True
+    for s, b, h, a, dtype in BLOCK_CASES:
+        cfg = GPTConfig(seq=s, batch=b, hidden=h, heads=a, n_layers=1, dtype=dtype, dropout=0.1)
+        call = f"predict_block_bytes(GPTConfig(seq={s}, batch={b}, hidden={h}, heads={a}, dtype={dtype}))"
+        got = _call_dict(predict_block_bytes, cfg, call)
+        expected = measured_block_bytes(cfg)
+        for module in BLOCK_MODULES:
+            if got[module] != expected[module]:
+                raise CheckFailure("1.2", f"{call}[{module!r}] against the ledger of that block", expected[module],
+                                   got[module], _hint(got[module], expected[module], _block_mistakes(module, cfg),
+                                                      f"list what each op in {module} saves (the rules above) "
+                                                      "and count each storage once, in the module that saves it "
+                                                      "first"))
+    passed("1.2", f"predict_block_bytes matches the ledger module by module on {len(BLOCK_CASES)} GPT blocks "
+                  "(bfloat16, float32, float64)")
 
 
 # ---------------------------------------------------------------- 1.3
@@ -247,7 +281,7 @@ def _pack_variants(fn: Callable[..., Any], args: tuple) -> dict[str, int]:
         st = t.untyped_storage()
         packs.append((isinstance(t, nn.Parameter), isinstance(t._base, nn.Parameter),
                       st.data_ptr(), st.nbytes(), t.data_ptr(), t.numel() * t.element_size()))
-        return t
+        return t.detach()
 
     with torch.random.fork_rng(devices=[]), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn(*args)
@@ -306,7 +340,7 @@ def _check_backward(saved_bytes: Callable[..., int], build: Callable[[], tuple],
     outputs: list[Any] = []
     _call_int("1.5", saved_bytes, (lambda *a: outputs.append(fn(*a)) or outputs[-1], *args), None,
               f"saved_bytes(<{what}>, ...)")
-    hint = ("pack must return the tensor (or something your unpack turns back into it): "
+    hint = ("pack must return t.detach() (or something your unpack turns back into the tensor): "
             "backward unpacks what pack returned")
     if not outputs:
         raise CheckFailure("1.5", f"saved_bytes on {what}", "fn(*args) called once", "fn never called",
@@ -325,6 +359,28 @@ def _check_backward(saved_bytes: Callable[..., int], build: Callable[[], tuple],
                                "different gradients", hint)
 
 
+def _check_no_cycle(saved_bytes: Callable[..., int]) -> None:
+    """Once saved_bytes has returned, nothing may keep fn's output alive: no reference cycle through the graph."""
+    __tracebackhide__ = True
+    model = MLPChain(MLPConfig(3, 8))
+    x = mlp_input(model.cfg, 4)
+    refs: list[weakref.ref] = []
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        out = model(t)  # ends in a ReLU, which saves its own output
+        refs.append(weakref.ref(out.untyped_storage()))
+        return out
+
+    _call_int("1.5", saved_bytes, (fn, x), None, "saved_bytes(<an MLPChain>, x)")
+    gc.collect()
+    if refs and refs[0]() is not None:
+        raise CheckFailure("1.5", "fn's output once saved_bytes(fn, x) has returned and nothing refers to it",
+                           "freed", "still alive",
+                           "return t.detach() from pack, not t: a node that keeps the very tensor whose grad_fn "
+                           "it is makes a reference cycle through C++ that Python's collector cannot free, so "
+                           "every graph you measure would stay in memory")
+
+
 def ex_1_5(saved_bytes: Callable[..., int]) -> None:
     """Exercise 1.5: saved_bytes(fn, *args) totals distinct saved storages, Parameters left out, like the ledger."""
     __tracebackhide__ = True
@@ -334,7 +390,9 @@ def ex_1_5(saved_bytes: Callable[..., int]) -> None:
         _check_backward(saved_bytes, cases[0][1], cases[0][0])
         for what, build in cases:
             _check_saved_bytes(saved_bytes, build, what)
-    passed("1.5", f"saved_bytes matches labkit's ledger on {len(cases)} functions and backward still works")
+        _check_no_cycle(saved_bytes)
+    passed("1.5", f"saved_bytes matches labkit's ledger on {len(cases)} functions, backward still works, and "
+                  "nothing outlives the measurement")
 
 
 def _check_saved_bytes(saved_bytes: Callable[..., int], build: Callable[[], tuple], what: str) -> None:

@@ -11,9 +11,26 @@ def predict_chain_bytes(n_layers: int, batch: int, width: int, dtype: torch.dtyp
     return (n_layers + 1) * batch * width * element
 
 
-def attention_scores_bytes(s: int, b: int, a: int, act_bytes: int = 2, mask_bytes: int = 1) -> int:
-    """Bytes of core attention's (b, a, s, s) saved tensors: softmax output, dropout mask, dropout output."""
-    return (2 * act_bytes + mask_bytes) * a * s * s * b
+def predict_block_bytes(cfg) -> dict[str, int]:
+    """Bytes one GPTBlock keeps for backward, per module (LayerNorm mean/rstd left out); cfg.dropout > 0."""
+    s, b, h, a = cfg.seq, cfg.batch, cfg.hidden, cfg.heads
+    e = torch.empty((), dtype=cfg.dtype).element_size()  # bytes per activation element
+    sbh, as2b = s * b * h, a * s * s * b  # elements of one (b, s, h) activation and of one (b, a, s, s) score
+    return {
+        "ln1": e * sbh,  # its input, the block's input
+        "attn.qkv": e * sbh,  # its input, ln1's output
+        "attn.core": 2 * e * sbh  # q and k, kept by q·kᵀ
+        + e * as2b  # softmax output
+        + as2b  # dropout mask, one byte per element
+        + e * as2b + e * sbh,  # the ·v matmul's operands: dropout output and v
+        "attn.proj": e * sbh,  # its input, the merged heads
+        "attn.drop": sbh,  # mask
+        "ln2": e * sbh,  # its input, the first residual sum
+        "mlp.fc1": e * sbh,  # its input, ln2's output
+        "mlp.act": 4 * e * sbh,  # GeLU's input: fc1's output, 4h wide
+        "mlp.fc2": 4 * e * sbh,  # its input: GeLU's output
+        "mlp.drop": sbh,  # mask
+    }
 
 
 def training_state_bytes(model: torch.nn.Module) -> int:
@@ -39,7 +56,7 @@ def saved_bytes(fn, *args) -> int:
         if not isinstance(base, torch.nn.Parameter) and storage.data_ptr() not in seen:
             seen.add(storage.data_ptr())
             total += storage.nbytes()
-        return t
+        return t.detach()  # not t: a saved output would hold its own grad_fn, a cycle
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn(*args)

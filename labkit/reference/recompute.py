@@ -4,11 +4,32 @@ The solution notebook is the source: edit its `#| export` cells, then run `make 
 """
 import itertools
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint asked to do what its design cannot do right."""
+
+
+NOT_WITH_GRAD = ("checkpoint (reentrant): torch.autograd.grad() and backward(inputs=...) are not supported: the "
+                 "recompute runs a backward of its own into every leaf inside fn, so it would write their .grad "
+                 "and could not return the gradients asked for. Call .backward() without inputs=, or use "
+                 "checkpoint_hooks (non-reentrant).")
+NO_CREATE_GRAPH = ("checkpoint (reentrant): create_graph=True is not supported: the gradients this backward "
+                   "returns come from a graph of its own, so a second derivative through them would silently "
+                   "leave fn out. Use checkpoint_hooks (non-reentrant) for higher-order gradients.")
+
+
+def refuse_unsupported_backward() -> None:
+    """Raise CheckpointError, before anything runs, for a backward the reentrant design gets wrong."""
+    if not torch.autograd._is_checkpoint_valid():  # this backward came from .grad() or backward(inputs=...)
+        raise CheckpointError(NOT_WITH_GRAD)
+    if torch.is_grad_enabled():  # autograd runs backward with grad mode on exactly when create_graph=True
+        raise CheckpointError(NO_CREATE_GRAPH)
 
 
 class Recompute(torch.autograd.Function):
@@ -25,11 +46,13 @@ class Recompute(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_outputs):
         """Rebuild `fn`'s graph from detached inputs and back-propagate `grad_outputs` through it."""
+        refuse_unsupported_backward()  # given: see "What the reentrant design cannot do"
         inputs = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
         with torch.enable_grad():
             outputs = ctx.fn(*inputs)
         outputs = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs)
-        pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad]
+        # back-propagate only through outputs that are tensors requiring grad: an int or a None has no gradient
+        pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         return (None, *[x.grad for x in inputs])
 
@@ -72,12 +95,38 @@ class RecomputeRNG(Recompute):
             return Recompute.backward(ctx, *grad_outputs)
 
 
+@dataclass
+class AutocastState:
+    """Autocast settings a forward pass ran under."""
+
+    settings: dict[str, tuple[bool, torch.dtype]]  # device type ("cpu", "cuda") -> (enabled, dtype)
+    cache_enabled: bool  # torch.is_autocast_cache_enabled()
+
+
+def stash_autocast(*args: Any) -> AutocastState:
+    """Autocast settings of the CPU and of each device type holding a tensor in `args`."""
+    types = sorted({"cpu"} | {a.device.type for a in args if isinstance(a, torch.Tensor)})
+    settings = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
+                for d in types if torch.amp.is_autocast_available(d)}
+    return AutocastState(settings, torch.is_autocast_cache_enabled())
+
+
+@contextmanager
+def restored_autocast(state: AutocastState):
+    """Run the block under the stashed autocast settings; afterwards they are as before."""
+    with ExitStack() as stack:
+        for device, (enabled, dtype) in state.settings.items():
+            stack.enter_context(torch.autocast(device, dtype=dtype, enabled=enabled,
+                                               cache_enabled=state.cache_enabled))
+        yield
+
+
 NO_GRAD_INPUTS = ("None of the inputs have requires_grad=True. Gradients will be None, "
                   "also for the parameters inside fn: make an input require grad, or use checkpoint_hooks.")
 
 
 def checkpoint(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run fn(*args, **kwargs) keeping only its tensor inputs; recompute it (same RNG) in backward."""
+    """Run fn(*args, **kwargs) keeping only its tensor inputs; recompute it (same RNG, same autocast) in backward."""
     if not callable(fn):
         raise TypeError(f"checkpoint: fn must be callable, got {type(fn).__name__}")
     where = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
@@ -87,34 +136,66 @@ def checkpoint(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     # `run` must not close over the tensors: ctx.fn lives as long as the graph,
     # while saved tensors are freed as soon as their node has run.
     others = [None if isinstance(a, torch.Tensor) else a for a in args]
+    autocast = stash_autocast(*tensors)
 
     def run(*tensor_args):
         full = list(others)
         for i, t in zip(where, tensor_args):
             full[i] = t
-        return fn(*full, **kwargs)
+        with restored_autocast(autocast):  # in forward a no-op; in backward the forward's autocast again
+            return fn(*full, **kwargs)
 
     return RecomputeRNG.apply(run, *tensors)
 
 
+class SaveInputs(torch.autograd.Function):
+    """Keep tensors as autograd saved tensors: version-checked, and seen by saved-tensor hooks."""
+
+    @staticmethod
+    def forward(ctx, anchor, *tensors):
+        ctx.save_for_backward(*tensors)
+        return anchor.new_empty(0)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise CheckpointError("SaveInputs is never differentiated: nothing uses its output.")
+
+
+def save_inputs(tensors: list[torch.Tensor]) -> Callable[[], tuple[torch.Tensor, ...]]:
+    """Save `tensors` through autograd; the returned function gives them back, or raises if one was changed in place."""
+    anchor = torch.empty(0, requires_grad=True)  # makes autograd record the node that holds the saved tensors
+    node = SaveInputs.apply(anchor, *tensors).grad_fn
+    return lambda: node.saved_tensors
+
+
 def checkpoint_hooks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Non-reentrant checkpoint: placeholders in forward; the first unpack in backward reruns fn."""
-    rng = stash_rng(*args)
-    rebuilt: dict[int, torch.Tensor] = {}  # placeholder -> tensor saved by the rerun
+    """Non-reentrant checkpoint: placeholders in forward; the first unpack of each backward reruns fn."""
+    if not torch.is_grad_enabled():
+        return fn(*args, **kwargs)  # no graph: nothing is saved, nothing to recompute
+    rng, autocast = stash_rng(*args), stash_autocast(*args)
+    saved_inputs = save_inputs([a for a in args if isinstance(a, torch.Tensor)])
+    rebuilt: dict[int, dict[int, torch.Tensor]] = {}  # graph task -> placeholder -> tensor its rerun saved
     placeholders = itertools.count()
 
-    def rerun() -> None:
-        def keep(t: torch.Tensor) -> None:
-            rebuilt[len(rebuilt)] = t.detach()
+    def rerun() -> dict[int, torch.Tensor]:
+        saved = iter(saved_inputs())  # raises if an input was changed in place since forward
+        inputs = [next(saved).detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+                  for a in args]
+        kept: dict[int, torch.Tensor] = {}
 
-        inputs = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
-        with restored_rng(rng), torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(keep, lambda _: None):
+        def keep(t: torch.Tensor) -> None:
+            kept[len(kept)] = t.detach()
+
+        with restored_rng(rng), restored_autocast(autocast), torch.enable_grad(), \
+                torch.autograd.graph.saved_tensors_hooks(keep, lambda _: None):
             fn(*inputs, **kwargs)
+        return kept
 
     def unpack(index: int) -> torch.Tensor:
-        if not rebuilt:
-            rerun()
-        return rebuilt.pop(index)
+        task = torch._C._current_graph_task_id()  # one id per backward or autograd.grad call
+        if task not in rebuilt:
+            rebuilt[task] = rerun()
+        return rebuilt[task].pop(index)  # handed over: memory is released as backward proceeds
 
     with torch.autograd.graph.saved_tensors_hooks(lambda _: next(placeholders), unpack):
         return fn(*args, **kwargs)
