@@ -80,9 +80,14 @@ def test_widgets_missing_is_a_failure_with_pip_command(ipywidgets, lab, missing)
     assert c.fix.startswith('pip install "ipywidgets')
 
 
-def test_widgets_reads_installed_versions_by_default():
-    c = dr.check_widgets()
-    assert c.name == "widgets" and "ipywidgets" in c.detail  # the venv has both installed
+def test_widgets_reads_installed_versions_by_default(monkeypatch):
+    from importlib import metadata
+
+    c = dr.check_widgets()  # the venv has both, in matching majors (pyproject pins them so)
+    assert c.ok and c.detail == (f"ipywidgets {metadata.version('ipywidgets')}, "
+                                 f"jupyterlab_widgets {metadata.version('jupyterlab_widgets')}")
+    monkeypatch.setattr(dr, "_installed_version", {"ipywidgets": "8.1.0", "jupyterlab_widgets": "1.1.0"}.get)
+    assert not dr.check_widgets().ok  # the defaults really are read through _installed_version
 
 
 # -- matplotlib backend ------------------------------------------------------------
@@ -146,9 +151,27 @@ def test_cuda_build_that_cannot_reach_the_gpu_fails_and_shows_the_warning():
     assert "install selector" in c.fix and "http" not in c.fix
 
 
-def test_cuda_probe_swallows_warnings(recwarn):
-    version, available, _ = dr._torch_cuda()
+def test_cuda_probe_swallows_warnings(recwarn, monkeypatch):
+    import warnings
+
+    import torch
+
+    def warns() -> bool:
+        warnings.warn("CUDA initialization: The NVIDIA driver on your system is too old", UserWarning)
+        return False
+
+    monkeypatch.setattr(torch.cuda, "is_available", warns)
+    version, available, warning = dr._torch_cuda()
     assert len(recwarn) == 0  # nothing reaches stderr from the probe
+    assert not available and "driver on your system is too old" in warning
+
+
+@pytest.mark.parametrize("which, exists, visible", [
+    ("/usr/bin/nvidia-smi", False, True), (None, True, True), (None, False, False)])
+def test_gpu_visible_from_nvidia_smi_or_the_device_file(monkeypatch, which, exists, visible):
+    monkeypatch.setattr(dr.shutil, "which", lambda name: which if name == "nvidia-smi" else None)
+    monkeypatch.setattr(dr.os.path, "exists", lambda path: exists and path == "/dev/nvidia0")
+    assert dr._gpu_visible() is visible
 
 
 # -- /dev/shm ----------------------------------------------------------------------
@@ -186,9 +209,28 @@ def test_parse_meminfo():
     assert dr.parse_meminfo("nothing here") is None
 
 
-def test_describe_device_is_one_line():
-    line = dr.describe_device()
-    assert "\n" not in line and (line.startswith("CPU, ") or line.startswith("GPU "))
+def test_describe_device_cpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(dr, "_ram_bytes", lambda: 24 * 2**30)
+    monkeypatch.setattr(dr, "_cpu_cores", lambda: 2)
+    assert dr.describe_device() == "CPU, 2 cores, 24.0 GiB RAM"
+    monkeypatch.setattr(dr, "_ram_bytes", lambda: None)
+    monkeypatch.setattr(dr, "_cpu_cores", lambda: None)
+    assert dr.describe_device() == "CPU, ? cores, RAM unknown"
+
+
+def test_describe_device_gpus(monkeypatch):
+    import types
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(name="NVIDIA H200", total_memory=141 * 2**30))
+    assert dr.describe_device() == "GPU NVIDIA H200, 141.0 GiB (x2)"
 
 
 # -- the report --------------------------------------------------------------------
@@ -245,3 +287,27 @@ def test_invalid_profile_shows_in_the_header(monkeypatch, capsys):
     result = dr.doctor()
     assert result.profile.startswith("?") and not result.ok
     assert "FAIL profile" in capsys.readouterr().out
+
+
+# -- labkit.profile ------------------------------------------------------------------
+
+def test_profile_name_is_trimmed_and_case_blind(monkeypatch):
+    from labkit.profile import profile, sizes
+
+    monkeypatch.setenv("LABKIT_PROFILE", " CPU ")
+    assert profile() == "cpu" and sizes().name == "cpu"
+
+
+def test_profile_gpu_without_cuda_is_refused(monkeypatch):
+    import torch
+
+    from labkit.profile import profile
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("LABKIT_PROFILE", "gpu")
+    with pytest.raises(ValueError, match="torch sees no CUDA device"):
+        profile()
+    monkeypatch.delenv("LABKIT_PROFILE")
+    assert profile() == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert profile() == "gpu"

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.checkpoint import checkpoint_sequential
 
+from labkit.memory import saved_tensors
 from labkit.models import (
     ActivationTerm, Dropout, GPTBlock, GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input,
     gpt_param_count, korthikanti_bytes, korthikanti_terms, mlp_input, parameter_bytes,
@@ -249,3 +250,22 @@ def test_measured_saved_bytes_equal_formula_term_by_term(dims, dtype):
     expected["ln1"] += stats
     expected["ln2"] += stats
     assert measured == dict(expected)
+
+
+def test_korthikanti_terms_name_their_modules():
+    """Each term sits in the module that saves it (two masks of equal size must not swap unseen)."""
+    cfg = GPTConfig(seq=8, batch=2, hidden=16, heads=2, n_layers=1)
+    assert {t.name: t.module for t in korthikanti_terms(cfg)} == {
+        "LayerNorm 1 input": "ln1", "QKV input": "attn.qkv", "Q and K": "attn.core",
+        "softmax output": "attn.core", "softmax dropout mask": "attn.core",
+        "attention-over-V: dropout output": "attn.core", "attention-over-V: V": "attn.core",
+        "output-projection input": "attn.proj", "attention residual dropout mask": "attn.drop",
+        "LayerNorm 2 input": "ln2", "fc1 input": "mlp.fc1", "GeLU input": "mlp.act", "fc2 input": "mlp.fc2",
+        "MLP dropout mask": "mlp.drop",
+    }
+    # and the ledger puts the bytes of each mask where its term says
+    model = GPTBlock(cfg)
+    led = saved_tensors(model, gpt_input(cfg), model=model)
+    masks = {e.module: e.bytes for e in led.entries if e.dtype == torch.bool}
+    assert masks == {"attn.core.drop": cfg.heads * cfg.seq ** 2 * cfg.batch,
+                     "attn.drop": cfg.seq * cfg.batch * cfg.hidden, "mlp.drop": cfg.seq * cfg.batch * cfg.hidden}

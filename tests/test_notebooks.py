@@ -88,11 +88,13 @@ def test_completed_notebook_passes_grading(solution, tmp_path):
 WRONG_ANSWERS = [  # (solution, text in the answer, the wrong text, the checker that must fail)
     ("00_start_here", "t.numel() * t.element_size()", "t.numel() * 4", "ex_0_1"),
     ("01_activation_memory", "(n_layers + 1) * batch", "2 * n_layers * batch", "ex_1_1"),
+    ("01_activation_memory", "return t.detach()  # not t", "return t  # not t", "ex_1_5"),
     ("02_recompute", "        torch.set_rng_state(state.cpu)\n", "", "ex_2_2"),
+    ("02_recompute", "return rebuilt[task].pop(index)", "return rebuilt[task][index]", "ex_2_5"),
 ]
 
 
-@pytest.mark.parametrize("name, right, wrong, checker", WRONG_ANSWERS, ids=[w[0] for w in WRONG_ANSWERS])
+@pytest.mark.parametrize("name, right, wrong, checker", WRONG_ANSWERS, ids=[f"{w[0]}-{w[3]}" for w in WRONG_ANSWERS])
 def test_wrong_answer_fails_at_checker_cells_only(name, right, wrong, checker, tmp_path):
     path = completed(ROOT / "solutions" / f"{name}.ipynb", tmp_path)
     nb = nbformat.read(path, as_version=4)

@@ -39,6 +39,18 @@ def test_region_becomes_stub_at_its_indentation():
         ns["f"](1)
 
 
+@pytest.mark.parametrize("pad", ["        ", "\t", "  "], ids=["8 spaces", "tab", "2 spaces"])
+def test_stub_keeps_any_indentation(pad):
+    src = f"class A:\n{pad}def f(self):\n{pad}{pad}### BEGIN SOLUTION\n{pad}{pad}return 1\n{pad}{pad}### END SOLUTION\n"
+    out = student.stub_source(src, student.Exercise("3.1", "one"), "nb, cell 0")
+    assert out == (f"class A:\n{pad}def f(self):\n{pad}{pad}# YOUR CODE HERE\n"
+                   f'{pad}{pad}raise NotImplementedError("Exercise 3.1: one")')
+    ns: dict = {}
+    exec(out, ns)
+    with pytest.raises(NotImplementedError, match="Exercise 3.1: one"):
+        ns["A"]().f()
+
+
 def test_student_view_clears_outputs_and_keeps_everything_else():
     nb = make_nb(new_markdown_cell("## Exercise 1.2: double it"),
                  solved_cell("def f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
@@ -118,6 +130,16 @@ def test_check_reports_leaked_markers_and_orphans(tmp_path):
     assert "notebooks/02_orphan.ipynb, cell 0: a solution marker leaked" in problems
 
 
+@pytest.mark.parametrize("marker", [student.BEGIN, student.END])
+def test_check_reports_a_lone_leaked_marker(tmp_path, marker):
+    root = kit(tmp_path, good_solution())
+    student.write(root)
+    nb = nbformat.read(root / "notebooks" / "01_demo.ipynb", as_version=4)
+    nb.cells.append(new_code_cell(f"x = 1\n{marker}"))
+    nbformat.write(nb, root / "notebooks" / "01_demo.ipynb")
+    assert f"notebooks/01_demo.ipynb, cell {len(nb.cells) - 1}: a solution marker leaked" in student.check(root)
+
+
 def run_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     code = ("import sys, labkit.__main__ as m; from pathlib import Path; "
             f"m.ROOT = Path({str(root)!r}); sys.exit(m.main({list(args)!r}))")
@@ -155,7 +177,7 @@ def test_repository_views_are_current():
     assert student.check(ROOT) == []
 
 
-# ---------------------------------------------------------------- properties (STYLE rule 8)
+# ---------------------------------------------------------------- properties (Hypothesis)
 
 code_line = st.from_regex(r"[a-z_]{1,8} = [0-9]{1,3}", fullmatch=True)
 indent = st.sampled_from(["", "    ", "        "])
