@@ -1,0 +1,144 @@
+"""Mutation testing, small: plant one plausible bug at a time in a module and run that module's tests.
+
+    .venv/bin/python tools/mutants.py labkit/ledger.py tests/test_memory.py [--sample 40] [--seed 0]
+
+A mutant flips one comparison (== !=, < <=, > >=, is/is not, in/not in), one
+arithmetic operator (+ -, * //, / *), one `and`/`or`, drops one `not`, shifts
+one integer constant by one, flips one boolean constant, or deletes one call
+statement. Each runs in a copy of the kit (the tree is never touched), against
+the tests given, stopping at the first failure. A mutant the tests do not
+kill "survives": either a bug they would let through, or a change that is no
+bug at all (an equivalent mutant) — read each one. Prints the survivors, then
+one JSON line: {"module", "mutants", "killed", "survived", "timeouts"}.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SWAPS: dict[type, type] = {
+    ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
+    ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In,
+    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv, ast.FloorDiv: ast.Mult, ast.Div: ast.Mult,
+    ast.And: ast.Or, ast.Or: ast.And,
+}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """The index-th mutable site of the module (in ast.walk order) and what is done there."""
+
+    index: int
+    line: int
+    change: str
+
+
+def _sites(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    """(node, description) of every place a mutant can be planted."""
+    sites: list[tuple[ast.AST, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sites += [(node, f"{type(op).__name__} -> {SWAPS[type(op)].__name__}") for op in node.ops[:1]
+                      if type(op) in SWAPS]
+        elif isinstance(node, (ast.BinOp, ast.BoolOp)) and type(node.op) in SWAPS:
+            sites.append((node, f"{type(node.op).__name__} -> {SWAPS[type(node.op)].__name__}"))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            sites.append((node, "drop `not`"))
+        elif isinstance(node, ast.Constant) and type(node.value) is bool:
+            sites.append((node, f"{node.value} -> {not node.value}"))
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            sites.append((node, f"{node.value} -> {node.value + 1}"))
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            sites.append((node, "delete the call statement"))
+    return sites
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of docstring constants (never mutated: they are text)."""
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            out.add(id(body[0]))
+    return out
+
+
+def mutants(source: str) -> list[Mutant]:
+    """Every mutant of a module's source."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    return [Mutant(i, getattr(node, "lineno", 0), change) for i, (node, change) in enumerate(_sites(tree))
+            if id(node) not in skip]
+
+
+def apply(source: str, mutant: Mutant) -> str:
+    """The module's source with one mutant planted (comments are lost; the code is the same)."""
+    tree = ast.parse(source)
+    node, _ = _sites(tree)[mutant.index]
+    if isinstance(node, ast.Compare):
+        node.ops[0] = SWAPS[type(node.ops[0])]()
+    elif isinstance(node, (ast.BinOp, ast.BoolOp)):
+        node.op = SWAPS[type(node.op)]()
+    elif isinstance(node, ast.UnaryOp):
+        replacement = copy.deepcopy(node.operand)
+        node.__class__, node.__dict__ = replacement.__class__, replacement.__dict__
+    elif isinstance(node, ast.Constant):
+        node.value = (not node.value) if type(node.value) is bool else node.value + 1
+    elif isinstance(node, ast.Expr):
+        node.value = ast.Constant(value=None)
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def run(module: Path, tests: list[str], mutant: Mutant, source: str, timeout: int) -> str:
+    """'killed', 'survived' or 'timeout' for one mutant, run in a fresh copy of the kit."""
+    with tempfile.TemporaryDirectory(prefix="labkit-mutant-") as tmp:
+        copy_root = Path(tmp) / "kit"
+        shutil.copytree(ROOT, copy_root, ignore=shutil.ignore_patterns(".venv", ".git", "*.pyc", "__pycache__"))
+        (copy_root / module).write_text(apply(source, mutant))
+        env = dict(os.environ, PYTHONPATH=str(copy_root), LABKIT_PROFILE="tiny", PYTHONDONTWRITEBYTECODE="1")
+        try:
+            done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                                  cwd=copy_root, env=env, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "timeout"
+    return "survived" if done.returncode == 0 else "killed"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a sample of one module's mutants against its tests; print survivors and a JSON summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("module", type=Path, help="a file under labkit/, relative to the kit's root")
+    parser.add_argument("tests", nargs="+", help="test files that should catch bugs in it")
+    parser.add_argument("--sample", type=int, default=0, help="run this many mutants, drawn at random (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per mutant; longer counts as a timeout")
+    args = parser.parse_args(argv)
+    source = (ROOT / args.module).read_text()
+    chosen = mutants(source)
+    if args.sample and args.sample < len(chosen):
+        chosen = sorted(random.Random(args.seed).sample(chosen, args.sample), key=lambda m: m.index)
+    results = {"killed": 0, "survived": 0, "timeout": 0}
+    for m in chosen:
+        verdict = run(args.module, args.tests, m, source, args.timeout)
+        results[verdict] += 1
+        if verdict != "killed":
+            print(f"{verdict}: {args.module}:{m.line}: {m.change}", flush=True)
+    print(json.dumps({"module": str(args.module), "mutants": len(chosen), "killed": results["killed"],
+                      "survived": results["survived"], "timeouts": results["timeout"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
