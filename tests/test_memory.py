@@ -406,3 +406,54 @@ def test_cuda_meter_and_allocator_agree() -> None:
     grown = m.peak - m.baseline
     print(f"meter peak growth {grown} B, allocator peak growth {m.allocator_peak} B")
     assert abs(m.allocator_peak - grown) <= 0.05 * grown
+
+
+# ---------------------------------------------------------------- found by tools/mutants.py
+def test_ledger_table_text_exactly() -> None:
+    x = torch.randn(B, H, requires_grad=True)
+    led = saved_tensors(lambda t: torch.relu(torch.tanh(t)), x)  # outside any module: module "-"
+    assert str(led.table()).splitlines() == [
+        "module  op    count  bytes",
+        "--------------------------",
+        "-       tanh      1    128",
+        "-       relu      1    128",
+        "--------------------------",
+        "total             2    256",
+    ]
+
+
+def test_ledger_refuses_a_meta_model_and_a_string_exclude() -> None:
+    with torch.device("meta"):
+        meta_model = nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="meta device"):
+        Ledger(model=meta_model)
+    with pytest.raises(TypeError, match=r"Ledger\(exclude=...\): expected tensors or iterables of tensors, got str"):
+        saved_tensors(torch.sin, torch.ones(2), exclude="x")
+
+
+def test_ledger_holds_no_storage_once_its_op_is_settled() -> None:
+    a = torch.randn(B, H, requires_grad=True)
+    with Ledger() as led:
+        y = torch.tanh(a)  # tanh's node saves y
+        ref = weakref.ref(y.untyped_storage())
+        del y  # the graph goes with y
+        torch.sin(a.detach())  # the next op settles the pending pack
+        gc.collect()
+        assert ref() is None
+    assert led.total_bytes == B * H * 4
+
+
+def test_meter_follows_storage_resize_as_fsdp_does_it() -> None:
+    t = torch.empty(100)  # 400 B
+    with MemoryMeter(t) as m:
+        t.untyped_storage().resize_(0)  # FSDP frees unsharded parameters this way, outside dispatch
+        t.untyped_storage().resize_(200)
+    assert [(e.op, e.delta) for e in m.timeline] == [("resize_", -400), ("resize_", 200)]
+    assert m.baseline == 400 and m.live == 200 and m.peak == 400
+
+
+def test_meter_tracks_nested_lists() -> None:
+    a, b, c = torch.ones(10), torch.ones(20), torch.ones(30)
+    with MemoryMeter([a, [b, (c,)]]) as m:
+        pass
+    assert m.baseline == 4 * (10 + 20 + 30)
