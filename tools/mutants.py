@@ -124,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=0, help="run this many mutants, drawn at random (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per mutant; longer counts as a timeout")
+    parser.add_argument("--lines", type=int, nargs="*", default=[], help="only the mutants on these lines")
     args = parser.parse_args(argv)
     source = (ROOT / args.module).read_text()
-    chosen = mutants(source)
+    chosen = [m for m in mutants(source) if not args.lines or m.line in args.lines]
     if args.sample and args.sample < len(chosen):
         chosen = sorted(random.Random(args.seed).sample(chosen, args.sample), key=lambda m: m.index)
     results = {"killed": 0, "survived": 0, "timeout": 0}
