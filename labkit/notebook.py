@@ -1,4 +1,4 @@
-"""Executing notebooks in place (for `make solutions`)."""
+"""Executing notebooks in place (for `make solutions`), quietly: see docs/design.md, "Quiet diffs"."""
 from __future__ import annotations
 
 import time
@@ -8,13 +8,15 @@ import nbformat
 from nbclient import NotebookClient
 
 
-def execute(path: Path, timeout: int = 600) -> float:
-    """Run every cell of notebook `path` in its folder and save it with outputs; returns seconds."""
+def execute(path: Path, timeout: int = 600, out: Path | None = None) -> float:
+    """Run every cell of notebook `path` in its folder and save it with outputs (to `out`, else in place); seconds."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such notebook")
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    nbformat.write(nb, path)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # timestamps from an earlier, noisier execution
+    nbformat.write(nb, out or path)
     return time.perf_counter() - start

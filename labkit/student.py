@@ -6,12 +6,13 @@
     outputs and execution counts cleared, everything else identical;
   * `labkit/reference/name.py`: the code cells whose first line is `#| export`,
     markers removed, so benchmarks and later labs import the very text the
-    solution shows (DESIGN.md, "One truth").
+    solution shows (docs/design.md, "One truth").
 The exercise id and title come from the closest `## Exercise N.M: title`
 heading above the region.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -104,16 +105,66 @@ def student_view(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
             cell.source = stub_source(cell.source, exercise, f"{name}, cell {index}")
             cell.outputs = []
             cell.execution_count = None
+            cell.metadata.pop("execution", None)  # docs/design.md, "Quiet diffs"
     return out
 
 
+def _defined_names(source: str, where: str) -> set[str]:
+    """Top-level names a code cell defines (functions, classes, assignments; imports left out)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise NotebookError(f"{where}: not valid Python ({e.msg}, line {e.lineno})") from None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _section(cells: list, index: int) -> str:
+    """The closest `##` heading above cell `index` (the notebook's title if there is none)."""
+    for cell in reversed(cells[:index]):
+        if cell.cell_type == "markdown":
+            found = re.findall(r"^#{1,3}\s+(.+?)\s*$", cell.source, re.M)
+            if found:
+                return found[-1]
+    return "top"
+
+
+def _part_header(nb: nbformat.NotebookNode, index: int, exercise: Exercise | None, name: str) -> str:
+    """`# Exercise 2.1: title` for an answer cell, `# Given, section "..."` otherwise; and where it comes from."""
+    cell = nb.cells[index]
+    where = f"{name}, cell {cell.get('id', index)}"
+    if exercise is not None and _regions(cell.source.splitlines(keepends=True), where):
+        return f"# Exercise {exercise.id}: {exercise.title}  ({where})"
+    return f'# Given, section "{_section(nb.cells, index)}"  ({where})'
+
+
 def reference_module(nb: nbformat.NotebookNode, name: str) -> str | None:
-    """Text of the generated module for notebook `name`, or None if it exports nothing."""
-    parts = [
-        export_source(c.source, f"{name}, cell {i}")
-        for i, c in enumerate(nb.cells)
-        if c.cell_type == "code" and c.source.startswith(EXPORT)
-    ]
+    """Text of the generated module for notebook `name`, or None if it exports nothing.
+
+    Each part is headed by the exercise it answers (or says it is given), with the cell it comes from; two
+    export cells defining one top-level name are an error (the later would silently win).
+    """
+    parts, owner = [], {}
+    exercise = None
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and HEADING.findall(cell.source):
+            exercise = Exercise(*HEADING.findall(cell.source)[-1])
+        if cell.cell_type != "code" or not cell.source.startswith(EXPORT):
+            continue
+        where = f"{name}, cell {cell.get('id', index)}"
+        text = export_source(cell.source, where)
+        for defined in sorted(_defined_names(text, where)):
+            if defined in owner:
+                raise NotebookError(f"{name}: cells {owner[defined]} and {cell.get('id', index)} both define "
+                                    f"{defined!r}; in the generated module the later would silently win")
+            owner[defined] = cell.get("id", index)
+        parts.append(_part_header(nb, index, exercise, name) + "\n" + text)
     if not parts:
         return None
     header = (

@@ -1,15 +1,15 @@
 """Timing: warm-up, repeats, median and spread; an A/B comparison that alternates.
 
-Rules (see DESIGN.md, "Measuring honestly"):
-1. Warm up first: the first calls pay for allocator growth, kernel selection
+The rules (see docs/design.md, "Measuring honestly"):
+Rule 1. Warm up first: the first calls pay for allocator growth, kernel selection
    and lazy initialisation, which is not what a lab is asking about.
-2. Report the median and half the interquartile range, never the mean: one
+Rule 2. Report the median and half the interquartile range, never the mean: one
    call preempted by another process on a shared machine moves the mean a lot
    and the median hardly at all.
-3. Compare A and B in one run, interleaved A B B A A B ...: a shared machine
+Rule 3. Compare A and B in one run, interleaved A B B A A B ...: a shared machine
    drifts (clocks, neighbours, thermals) over seconds, and interleaving makes
    the drift hit both sides alike. The ratio is taken pair by pair.
-4. On CUDA the host returns before the kernels finish, so a host clock measures
+Rule 4. On CUDA the host returns before the kernels finish, so a host clock measures
    the launch, not the work. Time with CUDA events and synchronize.
 """
 from __future__ import annotations

@@ -255,7 +255,7 @@ def test_ex_1_5_fn_never_called():
 
 def test_ex_1_2_first_case_tells_every_mistake_apart():
     """The first block checked decides the hint: there, no two mistakes give the same bytes."""
-    from labkit.checks.lab01 import BLOCK_CASES, BLOCK_MODULES, _block_mistakes
+    from labkit.checks.lab01.block import BLOCK_CASES, BLOCK_MODULES, _block_mistakes
     from labkit.models import GPTConfig
 
     s_, b_, h_, a_, dtype = BLOCK_CASES[0]

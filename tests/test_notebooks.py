@@ -1,4 +1,4 @@
-"""Student notebooks and grading, the nbval way (DESIGN.md, "Notebooks under nbval").
+"""Student notebooks and grading, the nbval way (docs/design.md, "Notebooks under nbval").
 
 * Every student notebook, run top to bottom, fails only where an exercise stub
   raises NotImplementedError or a checker reports "not attempted", and every
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -107,3 +108,30 @@ def test_wrong_answer_fails_at_checker_cells_only(name, right, wrong, checker, t
     assert failed, "a wrong answer passed grading"
     assert all(CHECKER_CALL in sources[i] for i in failed), f"non-checker cells failed: {failed}"
     assert any(f"{CHECKER_CALL}{checker[3:]}(" in sources[i] for i in failed), f"{checker} did not fail"
+
+
+# ---------------------------------------------------------------- quiet diffs (docs/design.md, "Quiet diffs")
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.name for p in SOLUTIONS])
+def test_executing_twice_changes_only_machine_dependent_cells(solution, tmp_path, monkeypatch):
+    from labkit.notebook import execute
+
+    monkeypatch.setenv("LABKIT_PROFILE", "tiny")
+    runs = []
+    for run in ("first", "second"):
+        path = tmp_path / run / solution.name
+        path.parent.mkdir()
+        shutil.copy(solution, path)
+        execute(path)
+        runs.append(nbformat.read(path, as_version=4))
+    assert runs[0].metadata == runs[1].metadata
+    for index, (a, b) in enumerate(zip(runs[0].cells, runs[1].cells)):
+        if a.cell_type == "code" and "NBVAL_IGNORE_OUTPUT" in a.source:
+            a, b = dict(a, outputs=[]), dict(b, outputs=[])
+        assert a == b, f"{solution.name} cell {index} ({a.get('id')}) differs between two executions"
+
+
+@pytest.mark.parametrize("notebook", SOLUTIONS + STUDENT, ids=[f"{p.parent.name}/{p.name}" for p in SOLUTIONS + STUDENT])
+def test_no_timing_metadata_and_no_addresses(notebook):
+    text = notebook.read_text()
+    assert "iopub." not in text and '"execution":' not in text, "timing metadata: execute with labkit.notebook"
+    assert re.search(r"at 0x[0-9a-f]+", text) is None, "an object's address in an output: assign it (`_ = ...`)"

@@ -77,6 +77,37 @@ def test_export_cells_form_the_reference_module():
     assert student.reference_module(make_nb(new_code_cell("1")), "n") is None
 
 
+def test_each_exported_part_points_home():
+    nb = make_nb(new_markdown_cell("# 01 · Title"),
+                 new_code_cell("#| export\nimport math"),
+                 new_markdown_cell("## Exercise 1.1: g"),
+                 new_code_cell("#| export\ndef g():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"),
+                 new_markdown_cell("## More"),
+                 new_code_cell("#| export\nK = 2"))
+    text = student.reference_module(nb, "solutions/01_x.ipynb")
+    assert '# Given, section "01 · Title"  (solutions/01_x.ipynb, cell c1)\nimport math' in text
+    assert "# Exercise 1.1: g  (solutions/01_x.ipynb, cell c3)\ndef g():" in text
+    assert '# Given, section "More"  (solutions/01_x.ipynb, cell c5)\nK = 2' in text
+
+
+@pytest.mark.parametrize("second", ["def g():\n    return 2", "class g:\n    pass", "g = 3", "g: int = 3"])
+def test_a_name_exported_twice_is_an_error_naming_both_cells(second):
+    nb = make_nb(new_code_cell("#| export\ndef g():\n    return 1"), new_code_cell("print(1)"),
+                 new_code_cell("#| export\n" + second))
+    with pytest.raises(student.NotebookError, match=r"cells c0 and c2 both define 'g'"):
+        student.reference_module(nb, "solutions/01_x.ipynb")
+
+
+def test_cli_check_fails_on_a_planted_duplicate_export(tmp_path):
+    nb = nbformat.reads(good_solution(), as_version=4)
+    nb.cells.append(new_code_cell("#| export\nX = 1"))
+    nb.cells.append(new_code_cell("#| export\nX = 2"))
+    nb.cells[-2]["id"], nb.cells[-1]["id"] = "c7", "c9"
+    root = kit(tmp_path, nbformat.writes(nb))
+    result = run_cli(root, "student", "--check")
+    assert result.returncode != 0 and "cells c7 and c9 both define 'X'" in result.stderr
+
+
 @pytest.mark.parametrize("body, message", [
     ("def f():\n    ### BEGIN SOLUTION\n    return 1\n", "line 2: ### BEGIN SOLUTION is never closed"),
     ("def f():\n    return 1\n    ### END SOLUTION\n", "line 3: ### END SOLUTION without"),

@@ -2,15 +2,18 @@
 
 The solution notebook is the source: edit its `#| export` cells, then run `make student`.
 """
+# Given, section "01 · The activation memory problem"  (solutions/01_activation_memory.ipynb, cell c002)
 import torch
 
 
+# Exercise 1.1: predict the bytes of a chain  (solutions/01_activation_memory.ipynb, cell c006)
 def predict_chain_bytes(n_layers: int, batch: int, width: int, dtype: torch.dtype) -> int:
     """Bytes autograd saves for an MLP chain's forward pass (each storage once, parameters excluded)."""
     element = torch.empty((), dtype=dtype).element_size()
     return (n_layers + 1) * batch * width * element
 
 
+# Exercise 1.2: predict a GPT block's ledger  (solutions/01_activation_memory.ipynb, cell c008a)
 def predict_block_bytes(cfg) -> dict[str, int]:
     """Bytes one GPTBlock keeps for backward, per module (LayerNorm mean/rstd left out); cfg.dropout > 0."""
     s, b, h, a = cfg.seq, cfg.batch, cfg.hidden, cfg.heads
@@ -33,17 +36,20 @@ def predict_block_bytes(cfg) -> dict[str, int]:
     }
 
 
+# Exercise 1.3: the training state  (solutions/01_activation_memory.ipynb, cell c018)
 def training_state_bytes(model: torch.nn.Module) -> int:
     """Bytes of trainable parameters + their gradients + Adam's two moment buffers, as after the first step."""
     params = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     return 4 * params
 
 
+# Exercise 1.4: find the crossover  (solutions/01_activation_memory.ipynb, cell c023)
 def crossover_batch(per_sample_bytes: int, state_bytes: int) -> int:
     """Smallest batch b >= 1 with b * per_sample_bytes >= state_bytes (integers in, an int out)."""
     return max(1, -(-state_bytes // per_sample_bytes))  # ceiling division, exact for any size
 
 
+# Exercise 1.5: your own saved-tensor hook  (solutions/01_activation_memory.ipynb, cell c032)
 def saved_bytes(fn, *args) -> int:
     """Bytes autograd saves while running fn(*args): each storage once, Parameters and their views left out."""
     seen: set[int] = set()

@@ -2,6 +2,7 @@
 
 The solution notebook is the source: edit its `#| export` cells, then run `make student`.
 """
+# Given, section "02 · Recomputation from scratch"  (solutions/02_recompute.ipynb, cell c002)
 import itertools
 import warnings
 from contextlib import ExitStack, contextmanager
@@ -11,6 +12,7 @@ from typing import Any, Callable
 import torch
 
 
+# Given, section "What the first design must refuse"  (solutions/02_recompute.ipynb, cell c002b)
 class CheckpointError(RuntimeError):
     """A checkpoint asked to do what its design cannot do right."""
 
@@ -32,6 +34,7 @@ def refuse_unsupported_backward() -> None:
         raise CheckpointError(NO_CREATE_GRAPH)
 
 
+# Exercise 2.1: a recomputing autograd Function  (solutions/02_recompute.ipynb, cell c004)
 class Recompute(torch.autograd.Function):
     """Run `fn` keeping only its inputs; rerun it in backward to get its gradients."""
 
@@ -57,6 +60,7 @@ class Recompute(torch.autograd.Function):
         return (None, *[x.grad for x in inputs])
 
 
+# Exercise 2.2: replay the random number generator  (solutions/02_recompute.ipynb, cell c011)
 @dataclass
 class RNGState:
     """Generator states a forward pass started from."""
@@ -95,6 +99,7 @@ class RecomputeRNG(Recompute):
             return Recompute.backward(ctx, *grad_outputs)
 
 
+# Exercise 2.3: re-enter the forward's autocast  (solutions/02_recompute.ipynb, cell c013d)
 @dataclass
 class AutocastState:
     """Autocast settings a forward pass ran under."""
@@ -121,6 +126,7 @@ def restored_autocast(state: AutocastState):
         yield
 
 
+# Exercise 2.4: the edges real users hit  (solutions/02_recompute.ipynb, cell c015)
 NO_GRAD_INPUTS = ("None of the inputs have requires_grad=True. Gradients will be None, "
                   "also for the parameters inside fn: make an input require grad, or use checkpoint_hooks.")
 
@@ -148,6 +154,7 @@ def checkpoint(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return RecomputeRNG.apply(run, *tensors)
 
 
+# Given, section "Exercise 2.5: the non-reentrant design, with saved-tensor hooks"  (solutions/02_recompute.ipynb, cell c019a)
 class SaveInputs(torch.autograd.Function):
     """Keep tensors as autograd saved tensors: version-checked, and seen by saved-tensor hooks."""
 
@@ -168,6 +175,7 @@ def save_inputs(tensors: list[torch.Tensor]) -> Callable[[], tuple[torch.Tensor,
     return lambda: node.saved_tensors
 
 
+# Exercise 2.5: the non-reentrant design, with saved-tensor hooks  (solutions/02_recompute.ipynb, cell c020)
 def checkpoint_hooks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Non-reentrant checkpoint: placeholders in forward; the first unpack of each backward reruns fn."""
     if not torch.is_grad_enabled():

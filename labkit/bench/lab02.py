@@ -1,65 +1,20 @@
-"""Benchmarks: `python -m labkit bench NAME [--json]`, and the comparisons notebooks show.
-
-Each benchmark prints figures; none asserts. Memory is tensor bytes from the
-meter and ledger; time is a median of alternating A/B runs (labkit.timing).
-"""
+"""Lab 02's benchmark: a from-scratch checkpoint against torch.utils.checkpoint and against none."""
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from labkit.ledger import saved_tensors
 from labkit.meter import MemoryMeter, measure_peak
-from labkit.models import GPTBlock, GPTConfig, GPTStack, gpt_input, korthikanti_bytes
+from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.profile import Sizes, sizes
 from labkit.timing import compare
 
 Checkpoint = Callable[..., torch.Tensor]  # checkpoint(fn, *args) -> output
 
 
-# ------------------------------------------------------------------ formula
-def formula_configs() -> list[GPTConfig]:
-    """bfloat16 GPT blocks from MLP-dominated (s/h small) to attention-dominated (s/h large), CPU-sized."""
-    shapes = [(32, 4, 512, 8), (128, 2, 256, 4), (256, 2, 128, 4), (512, 1, 64, 4)]  # (s, b, h, a)
-    return [GPTConfig(seq=s, batch=b, hidden=h, heads=a, n_layers=1, dtype=torch.bfloat16) for s, b, h, a in shapes]
-
-
-def formula() -> dict[str, Any]:
-    """Ledger total of one bf16 GPT block against Korthikanti et al.'s s·b·h·(34 + 5·a·s/h)."""
-    rows = []
-    for cfg in formula_configs():
-        block = GPTBlock(cfg)
-        measured = saved_tensors(block, gpt_input(cfg), model=block).total_bytes
-        rows.append({"s": cfg.seq, "b": cfg.batch, "h": cfg.hidden, "a": cfg.heads,
-                     "measured_bytes": measured, "formula_bytes": korthikanti_bytes(cfg, act_bytes=2, mask_bytes=1)})
-    worst = max(abs(r["measured_bytes"] - r["formula_bytes"]) / r["formula_bytes"] for r in rows)
-    return {"configs": rows, "max_rel_error": round(worst, 6)}
-
-
-# ------------------------------------------------------------------ meter
-def meter(size: Sizes | None = None) -> dict[str, Any]:
-    """Slowdown of one CPU training step of the GPT stack under the meter (alternating A/B, median ratio)."""
-    size = size or sizes()
-    cfg = GPTConfig(seq=size.seq, batch=size.batch, hidden=size.hidden, heads=size.heads, n_layers=size.gpt_layers)
-    model = GPTStack(cfg)
-    opt = torch.optim.Adam(model.parameters())
-    x = gpt_input(cfg)
-
-    def step() -> None:
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    result = compare(step, lambda: measure_peak(step, track=(model, opt, x)), repeats=size.repeats)
-    return {"slowdown": round(result.ratio, 4), "ratios": [round(r, 4) for r in result.ratios]}
-
-
-# ------------------------------------------------------------------ recompute
 def _no_checkpoint(fn: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
     return fn(*args)
 
@@ -150,21 +105,3 @@ def recompute(size: Sizes | None = None) -> dict[str, Any]:
     from labkit.reference.recompute import checkpoint
 
     return recompute_comparison(checkpoint, size).figures()
-
-
-# ------------------------------------------------------------------ CLI
-BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "meter": meter, "recompute": recompute}
-
-
-def main(name: str, as_json: bool = False) -> int:
-    """Run benchmark `name`; print one JSON object (--json) or readable lines."""
-    if name not in BENCHMARKS:
-        print(f"labkit bench: unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}", file=sys.stderr)
-        return 2
-    figures = BENCHMARKS[name]()
-    if as_json:
-        print(json.dumps(figures))
-    else:
-        for key, value in figures.items():
-            print(f"{key}: {value}")
-    return 0

@@ -1,0 +1,35 @@
+"""Benchmarks: `python -m labkit bench NAME [--json]`, and the comparisons notebooks show.
+
+Each benchmark prints figures; none asserts. Memory is tensor bytes from the
+meter and ledger; time is a median of alternating A/B runs (labkit.timing).
+One module per benchmark, named after its lab; a new one adds a module and a
+line in BENCHMARKS.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable
+
+from labkit.bench.lab01 import formula, formula_configs
+from labkit.bench.lab02 import RecomputeResult, recompute, recompute_comparison, recompute_config
+from labkit.bench.overhead import meter
+
+__all__ = ["BENCHMARKS", "main", "formula", "formula_configs", "meter", "recompute", "recompute_comparison",
+           "recompute_config", "RecomputeResult"]
+
+BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "meter": meter, "recompute": recompute}
+
+
+def main(name: str, as_json: bool = False) -> int:
+    """Run benchmark `name`; print one JSON object (--json) or readable lines."""
+    if name not in BENCHMARKS:
+        print(f"labkit bench: unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    figures = BENCHMARKS[name]()
+    if as_json:
+        print(json.dumps(figures))
+    else:
+        for key, value in figures.items():
+            print(f"{key}: {value}")
+    return 0

@@ -1,0 +1,28 @@
+"""The meter's overhead: the slowdown of one training step measured under it (alternating A/B, median ratio)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from labkit.meter import measure_peak
+from labkit.models import GPTConfig, GPTStack, gpt_input
+from labkit.profile import Sizes, sizes
+from labkit.timing import compare
+
+
+def meter(size: Sizes | None = None) -> dict[str, Any]:
+    """Slowdown of one CPU training step of the GPT stack under the meter (alternating A/B, median ratio)."""
+    size = size or sizes()
+    cfg = GPTConfig(seq=size.seq, batch=size.batch, hidden=size.hidden, heads=size.heads, n_layers=size.gpt_layers)
+    model = GPTStack(cfg)
+    opt = torch.optim.Adam(model.parameters())
+    x = gpt_input(cfg)
+
+    def step() -> None:
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    result = compare(step, lambda: measure_peak(step, track=(model, opt, x)), repeats=size.repeats)
+    return {"slowdown": round(result.ratio, 4), "ratios": [round(r, 4) for r in result.ratios]}
