@@ -14,7 +14,7 @@ def execute(path: Path, timeout: int = 600, out: Path | None = None) -> float:
         raise FileNotFoundError(f"{path}: no such notebook")
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False, coalesce_streams=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)  # timestamps from an earlier, noisier execution

@@ -15,7 +15,7 @@ from labkit.reference.activation_memory import (
 
 
 def make_hook(skip_params: bool = True, skip_views: bool = True, dedupe: bool = True,
-              storage_bytes: bool = True, return_tensor: bool = True, detach: bool = True):
+              storage_bytes: bool = True, return_tensor: bool = True, detach: bool = True, leaves: bool = False):
     """saved_bytes with one of its parts switched off."""
     def hook_bytes(fn, *args) -> int:
         seen: set[int] = set()
@@ -25,6 +25,9 @@ def make_hook(skip_params: bool = True, skip_views: bool = True, dedupe: bool = 
             nonlocal total
             param = isinstance(t, torch.nn.Parameter) if not skip_views else (
                 isinstance(t, torch.nn.Parameter) or isinstance(t._base, torch.nn.Parameter))
+            if leaves:  # skips every leaf that requires grad, Parameters and inputs alike
+                base = t if t._base is None else t._base
+                param = base.is_leaf and base.requires_grad
             key = t.untyped_storage().data_ptr()
             if not (skip_params and param) and not (dedupe and key in seen):
                 seen.add(key)
@@ -215,6 +218,7 @@ def test_ex_1_4_float_return_fails():
     (make_hook(storage_bytes=False), "keeps its whole storage alive"),
     (make_hook(return_tensor=False), "pack must return t.detach()"),
     (make_hook(detach=False), "reference cycle"),
+    (make_hook(leaves=True), "an input that requires grad is a leaf too"),
 ])
 def test_ex_1_5_planted_bugs(bug, hint):
     fails_with(ex_1_5, bug, hint)

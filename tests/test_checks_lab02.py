@@ -304,7 +304,7 @@ class NoRefusal(Recompute):
     (RerunsTwice, "exactly twice", "calls of fn"),
     (NotSaved, "ctx.save_for_backward", "bytes saved"),
     (ForwardRaises, "forward(ctx, fn, *args)", "Recompute.apply"),
-    (TensorOutputsOnly, "isinstance(o, torch.Tensor)", "outputs (tensor, None, 3)"),
+    (TensorOutputsOnly, "isinstance(o, torch.Tensor)", "outputs (tensor, None, 3, int64 tensor)"),
     (WrongOrder, "in the order the inputs came", "backward"),
     (NoRefusal, "refuse_unsupported_backward()", "torch.autograd.grad(loss, [x])"),
 ])
@@ -318,6 +318,8 @@ def test_ex_2_1_hints_are_distinct():
     bugs = (ForwardWithGrad, RerunWithoutGrad, NotDetached, SavesOutput, NoLeadingNone, NoInputGrad, RerunsTwice,
             NotSaved, TensorOutputsOnly, WrongOrder, NoRefusal)
     hints = {_fails(checks.ex_2_1, bug).hint for bug in bugs}
+    # an int output paired with its zero gradient and an int output crashing .requires_grad: one mistake, one hint
+    assert _fails(checks.ex_2_1, int_output_recompute_bug()).hint == _fails(checks.ex_2_1, TensorOutputsOnly).hint
     assert len(hints) == len(bugs)
 
 
@@ -464,17 +466,24 @@ def checkpoint_everything_through_apply(fn, *args, **kwargs):
     return RecomputeRNG.apply(lambda *a: fn(*a, **kwargs), *args)
 
 
+def _others(args):
+    """args with every tensor replaced by None: what a closure may hold."""
+    return [None if isinstance(a, torch.Tensor) else a for a in args]
+
+
 def checkpoint_drops_kwargs(fn, *args, **kwargs):
     """Bug 7b: the keyword arguments never reach fn."""
     where, tensors = _split(args)
     if torch.is_grad_enabled() and not any(t.requires_grad for t in tensors):
         warnings.warn(ref.NO_GRAD_INPUTS, stacklevel=2)
+    others, autocast = _others(args), stash_autocast(*tensors)
 
     def run(*tensor_args):
-        full = list(args)
+        full = list(others)
         for i, t in zip(where, tensor_args):
             full[i] = t
-        return fn(*full)
+        with restored_autocast(autocast):
+            return fn(*full)
 
     return RecomputeRNG.apply(run, *tensors)
 
@@ -521,9 +530,10 @@ def checkpoint_without_autocast(fn, *args, **kwargs):
     where, tensors = _split(args)
     if torch.is_grad_enabled() and not any(t.requires_grad for t in tensors):
         warnings.warn(ref.NO_GRAD_INPUTS, stacklevel=2)
+    others = _others(args)
 
     def run(*tensor_args):
-        full = list(args)
+        full = list(others)
         for i, t in zip(where, tensor_args):
             full[i] = t
         return fn(*full, **kwargs)
@@ -553,10 +563,12 @@ class _NoRefusalRNG(RecomputeRNG):
 def checkpoint_without_refusal(fn, *args, **kwargs):
     """Built on a Function of its own that answers .grad() by writing .grad inside fn."""
     where, tensors = _split(args)
-    autocast = stash_autocast(*tensors)
+    if torch.is_grad_enabled() and not any(t.requires_grad for t in tensors):
+        warnings.warn(ref.NO_GRAD_INPUTS, stacklevel=2)
+    autocast, others = stash_autocast(*tensors), _others(args)
 
     def run(*tensor_args):
-        full = list(args)
+        full = list(others)
         for i, t in zip(where, tensor_args):
             full[i] = t
         with restored_autocast(autocast):
@@ -716,8 +728,71 @@ def test_each_planted_bug_has_its_own_hint():
     cases += [(checks.ex_2_4, (b,)) for b in (checkpoint_everything_through_apply, checkpoint_never_warns,
                                               checkpoint_without_rng, checkpoint_without_autocast,
                                               checkpoint_closes_over_args, checkpoint_without_refusal)]
+
     cases += [(checks.ex_2_5, (_hooks_bug(**off),)) for off, *_ in HOOK_BUGS]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hints = [_fails(check, *args).hint for check, args in cases]
     assert len(set(hints)) == len(cases), [h for h in hints if hints.count(h) > 1]
+
+
+def checkpoint_rebuilds_from_args(fn, *args, **kwargs):
+    """run takes the tensors it is given, but rebuilds fn's arguments from the captured args: the rerun is right,
+    yet the closure keeps every input alive as long as the graph."""
+    where, tensors = _split(args)
+    autocast = stash_autocast(*tensors)
+
+    def run(*tensor_args):
+        full = list(args)
+        for i, t in zip(where, tensor_args):
+            full[i] = t
+        with restored_autocast(autocast):
+            return fn(*full, **kwargs)
+
+    return RecomputeRNG.apply(run, *tensors)
+
+
+def test_ex_2_4_catches_a_closure_that_keeps_the_inputs_alive():
+    err = _fails(checks.ex_2_4, checkpoint_rebuilds_from_args)
+    assert "keeps the inputs alive" in err.hint and "h once backward has used it" in err.what, err
+
+
+def int_output_recompute_bug():
+    """Recompute that pairs every tensor output with its gradient, requiring grad or not."""
+    class TensorsAll(Recompute):
+        @staticmethod
+        def backward(ctx, *grad_outputs):
+            refuse_unsupported_backward()
+            inputs = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
+            with torch.enable_grad():
+                outputs = ctx.fn(*inputs)
+            outputs = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs)
+            pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if isinstance(o, torch.Tensor)]
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+            return (None, *[x.grad for x in inputs])
+    return TensorsAll
+
+
+def test_ex_2_1_catches_an_int_tensor_output_paired_with_its_zero_gradient():
+    err = _fails(checks.ex_2_1, int_output_recompute_bug())
+    assert "tensors requiring grad" in err.hint and "outputs (tensor, None, 3" in err.what, err
+
+
+# ---------------------------------------------------------------- CUDA (run by `python -m labkit gpu-check`)
+def stash_rng_cpu_only(*args):
+    return ref.RNGState(torch.get_rng_state())
+
+
+def stash_autocast_cpu_only(*args):
+    return stash_autocast()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_generator_and_autocast_are_checked():
+    checks.ex_2_2(stash_rng, restored_rng, RecomputeRNG)
+    checks.ex_2_3(stash_autocast, restored_autocast)
+    err = _fails(checks.ex_2_2, stash_rng_cpu_only, restored_rng, RecomputeRNG)
+    assert "torch.cuda.get_rng_state" in err.hint, err
+    err = _fails(checks.ex_2_3, stash_autocast_cpu_only, restored_autocast)
+    assert "every device type" in err.hint, err

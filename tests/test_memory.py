@@ -457,3 +457,12 @@ def test_meter_tracks_nested_lists() -> None:
     with MemoryMeter([a, [b, (c,)]]) as m:
         pass
     assert m.baseline == 4 * (10 + 20 + 30)
+
+
+def test_meter_ignores_the_resize_of_a_storage_it_does_not_track() -> None:
+    outside = torch.empty(50)  # made before the meter, not tracked
+    with MemoryMeter() as m:
+        outside.untyped_storage().resize_(0)
+        y = torch.ones(3)
+    assert [(e.op, e.delta) for e in m.timeline] == [("ones", 12)]
+    del y

@@ -54,3 +54,5 @@ HOOK_DEFAULT = ('in pack: skip Parameters and their views, add untyped_storage()
 RUN_ALONE = 'run {call} in a cell of its own to see where it fails'
 BLOCK_DEFAULT = ('list what each op in {module} saves (the rules above) and count each storage once, in the module '
                  'that saves it first')
+HOOK_LEAVES = ("leave out nn.Parameters only: an input that requires grad is a leaf too, but it is an activation the "
+               "graph keeps for backward, so count it")

@@ -18,35 +18,38 @@ from labkit.models import GPTBlock, GPTConfig, MLPChain, MLPConfig, gpt_input, m
 
 def _pack_variants(fn: Callable[..., Any], args: tuple) -> dict[str, int]:
     """Totals that some mistaken hooks would return for fn(*args), keyed by mistake."""
-    packs: list[tuple[bool, bool, int, int, int, int]] = []
+    packs: list[tuple[bool, bool, int, int, int, int, bool]] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         st = t.untyped_storage()
+        base = t if t._base is None else t._base
         packs.append((isinstance(t, nn.Parameter), isinstance(t._base, nn.Parameter),
-                      st.data_ptr(), st.nbytes(), t.data_ptr(), t.numel() * t.element_size()))
+                      st.data_ptr(), st.nbytes(), t.data_ptr(), t.numel() * t.element_size(),
+                      base.is_leaf and base.requires_grad))
         return t.detach()
 
     with torch.random.fork_rng(devices=[]), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn(*args)
 
-    def total(skip: Callable[[bool, bool], bool], key: int | None, size: int) -> int:
+    def total(skip: Callable[[bool, bool, bool], bool], key: int | None, size: int) -> int:
         """Bytes of packs not skipped, deduplicated on field `key` (None: not at all), sized by field `size`."""
         seen: set[int] = set()
         out = 0
         for rec in packs:
-            if skip(rec[0], rec[1]) or (key is not None and rec[key] in seen):
+            if skip(rec[0], rec[1], rec[6]) or (key is not None and rec[key] in seen):
                 continue
             if key is not None:
                 seen.add(rec[key])
             out += rec[size]
         return out
 
-    param_or_view = lambda param, view: param or view  # noqa: E731
+    param_or_view = lambda param, view, leaf: param or view  # noqa: E731
     return {
         "no_dedupe": total(param_or_view, None, 3),
         "no_dedupe_elements": total(param_or_view, None, 5),
-        "params": total(lambda param, view: False, 2, 3),
-        "param_views": total(lambda param, view: param, 2, 3),
+        "params": total(lambda param, view, leaf: False, 2, 3),
+        "param_views": total(lambda param, view, leaf: param, 2, 3),
+        "leaves": total(lambda param, view, leaf: leaf, 2, 3),
         "elements": total(param_or_view, 4, 5),
         "elements_per_storage": total(param_or_view, 2, 5),
     }
@@ -63,7 +66,7 @@ def _hook_cases() -> list[tuple[str, Callable[[], tuple[nn.Module | None, Callab
         return None, lambda x: (x[1:] * x[:-1]).sum(), (x,)
 
     def param_arg():
-        x = torch.linspace(-1, 1, 15).reshape(5, 3).requires_grad_()
+        x = torch.linspace(-1, 1, 15).reshape(5, 3).clone().requires_grad_()  # a leaf, not a view
         w = nn.Parameter(torch.linspace(-1, 1, 12).reshape(3, 4))
         return None, lambda x, w: torch.tanh(x @ w), (x, w)
 
@@ -150,6 +153,7 @@ def _check_saved_bytes(saved_bytes: Callable[..., int], build: Callable[[], tupl
         (v["no_dedupe"], H.HOOK_DEDUPE),
         (v["no_dedupe_elements"], H.HOOK_DEDUPE),
         (v["param_views"], H.HOOK_PARAMS),
+        (v["leaves"], H.HOOK_LEAVES),
         (v["params"], H.HOOK_PARAMS),
         (v["elements"], H.HOOK_STORAGE),
         (v["elements_per_storage"], H.HOOK_STORAGE),

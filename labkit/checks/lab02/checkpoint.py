@@ -27,7 +27,7 @@ EARLIER = (("2.1", ex_2_1, ("Recompute",)), ("2.2", ex_2_2, ("stash_rng", "resto
 def _checkpoint_step(checkpoint: Callable[..., Any], p: float, kind: str, autocast: bool = False) -> None:
     """checkpoint(fn, h, s) with tensors only, against the plain step."""
     __tracebackhide__ = True
-    shown = {"one": "one output", "two": "two outputs", "mixed": "outputs (tensor, None, 3)"}[kind]
+    shown = {"one": "one output", "two": "two outputs", "mixed": "outputs (tensor, None, 3, int64 tensor)"}[kind]
     what = f"checkpoint(fn, h, s), fn with {shown}, {dropout_label(p)}" + (", forward under autocast" if autocast
                                                                              else "")
     want, want_next = plain_step(torch.float32, p, kind, autocast)
@@ -38,7 +38,7 @@ def _checkpoint_step(checkpoint: Callable[..., Any], p: float, kind: str, autoca
         with lab_trap("2.4", what, hint):
             torch.manual_seed(1)
             with amp(autocast):
-                out = checkpoint(calls, net.pre(net.x), net.s)
+                out = checkpoint(calls, net.pre(net.x), net.s)  # h made inline: only the checkpoint holds it
             loss_of(out, p).backward()
             got_next = torch.rand(4)
     finally:  # the closure mistake makes autograd fail too: name the mistake, not the error
@@ -46,6 +46,9 @@ def _checkpoint_step(checkpoint: Callable[..., Any], p: float, kind: str, autoca
             raise CheckFailure("2.4", f"{what}: the tensors fn received in the recompute",
                                "the detached copies RecomputeRNG passes to run",
                                "the tensors checkpoint was called with", H.CLOSURE)
+    if calls.first_input_alive(0):  # h; `out` still holds the graph: a closure over the tensors keeps them
+        raise CheckFailure("2.4", f"{what}: h once backward has used it, the output still alive", "freed",
+                           "still alive", H.CLOSURE)
     same_step("2.4", what, (want, want_next), (net.grads(), got_next), hint, hint)
 
 

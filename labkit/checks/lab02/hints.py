@@ -21,9 +21,9 @@ STOPPED = ("the gradient stopped at the checkpoint: the detached inputs must req
            "(x.detach().requires_grad_(x.requires_grad)) and backward must return their .grad")
 EXACT = ("gradients must equal the plain run bit for bit: rerun the same fn on the saved inputs, "
          "back-propagate grad_outputs through it and return each input's .grad")
-NON_TENSOR_OUT = ("fn may return non-tensors (None, an int): back-propagate only through outputs that are tensors "
-                  "requiring grad (isinstance(o, torch.Tensor) and o.requires_grad), pairing each with its "
-                  "grad_output")
+NON_TENSOR_OUT = ("fn may return non-tensors (None, an int) and tensors that require no grad (an argmax): "
+                  "back-propagate only through outputs that are tensors requiring grad (isinstance(o, torch.Tensor) "
+                  "and o.requires_grad), pairing each with its grad_output")
 FORWARD_SPEC = "forward(ctx, fn, *args) saves args, runs fn(*args) and returns its output"
 BACKWARD_SPEC = "backward(ctx, *grad_outputs) reruns fn on the detached inputs and returns their gradients"
 ONCE_FORWARD = "forward runs fn once and returns its output"
@@ -43,6 +43,8 @@ RNG_SNAPSHOT = ("stash_rng must return a snapshot (torch.get_rng_state()) and re
                 "(torch.set_rng_state) before running the block")
 RNG_CONTINUE = ("after the block the generator must continue as if the block had not run: save the current state "
                 "on entry and put it back on exit (torch.random.fork_rng does both)")
+RNG_CUDA = ("stash the generator of each CUDA device among the inputs too (torch.cuda.get_rng_state(device)) and "
+            "set it in restored_rng (torch.cuda.set_rng_state(state, device)); fork_rng(devices=[...]) puts it back")
 RNG_AFTER_STEP = ("after backward the generator must continue where training left it: restore the state only for "
                   "the recompute (torch.random.fork_rng around it)")
 RECOMPUTE_RNG_SPEC = ("RecomputeRNG runs like your Recompute, with the RNG state stashed in forward and restored "
@@ -60,6 +62,8 @@ AMP_ENABLED = ("stash whether autocast was on (torch.is_autocast_enabled(device)
                "an autocast region")
 AMP_NOT_SET = ("restored_autocast must enter torch.autocast(device, dtype=dtype, enabled=enabled) for each stashed "
                "device type; ops inside the block ran in float32")
+AMP_CUDA = ("stash the settings of every device type among the inputs (a.device.type for each tensor), not only "
+            "the CPU's, and re-enter torch.autocast for each")
 AMP_LEAVE = ("enter torch.autocast as a context manager (an ExitStack holds several) so that leaving the block "
              "restores the settings that were there before")
 

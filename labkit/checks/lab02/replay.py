@@ -40,6 +40,19 @@ def _check_replay(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any
                            H.RNG_CONTINUE)
 
 
+def _check_cuda_replay(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any]) -> None:
+    """The same replay for a CUDA input and the CUDA generator (only where CUDA is present)."""
+    __tracebackhide__ = True
+    what = "s = stash_rng(x_cuda); a = torch.rand(3, device='cuda'); with restored_rng(s): b = torch.rand(3, ...)"
+    with lab_trap("2.2", what, H.RNG_SPEC):
+        state = stash_rng(torch.zeros(2, device="cuda"))
+        a = torch.rand(3, device="cuda")
+        with restored_rng(state):
+            b = torch.rand(3, device="cuda")
+    if not torch.equal(a, b):
+        raise CheckFailure("2.2", f"{what}: b", a.tolist(), b.tolist(), H.RNG_CUDA)
+
+
 def _rng_step(RecomputeRNG: type, p: float) -> None:
     """One step through RecomputeRNG.apply with dropout p inside fn and after it, against the plain one."""
     __tracebackhide__ = True
@@ -60,8 +73,11 @@ def ex_2_2(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any], Reco
     need_callable("2.2", "stash_rng", stash_rng)
     need_callable("2.2", "restored_rng", restored_rng)
     need_function("2.2", "RecomputeRNG", RecomputeRNG)
-    with torch.random.fork_rng(devices=[]):
+    cuda = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=cuda):
         _check_replay(stash_rng, restored_rng)
+        if cuda:
+            _check_cuda_replay(stash_rng, restored_rng)
         with prerequisites_first("2.2", "RecomputeRNG", RecomputeRNG, (("2.1", ex_2_1, ("Recompute",)),)):
             _rng_step(RecomputeRNG, 0.0)
         _rng_step(RecomputeRNG, P_DROP)
@@ -125,6 +141,19 @@ def _autocast_kept() -> Iterator[None]:
         torch.set_autocast_cache_enabled(cache)
 
 
+def _check_autocast_cuda(stash_autocast: Callable[..., Any], restored_autocast: Callable[..., Any]) -> None:
+    """Stashed for a CUDA input under CUDA autocast, restored outside it: a CUDA matmul runs in float16."""
+    __tracebackhide__ = True
+    what = ("s = stash_autocast(x_cuda) under torch.autocast('cuda', dtype=torch.float16); then, outside it, "
+            "with restored_autocast(s): a CUDA matmul")
+    with lab_trap("2.3", what, H.AMP_SPEC), torch.autocast("cuda", dtype=torch.float16):
+        state = stash_autocast(torch.zeros(2, device="cuda"))
+    with lab_trap("2.3", what, H.AMP_SPEC, (("context manager", H.AMP_CONTEXT),)), restored_autocast(state):
+        got = torch.mm(torch.ones(2, 2, device="cuda"), torch.ones(2, 2, device="cuda")).dtype
+    if got != torch.float16:
+        raise CheckFailure("2.3", f"{what}: its dtype", torch.float16, got, H.AMP_CUDA)
+
+
 def ex_2_3(stash_autocast: Callable[..., Any], restored_autocast: Callable[..., Any]) -> None:
     """Exercise 2.3: restored_autocast(stash_autocast(...)) runs its block under the stashed autocast settings."""
     __tracebackhide__ = True
@@ -133,5 +162,7 @@ def ex_2_3(stash_autocast: Callable[..., Any], restored_autocast: Callable[..., 
     with _autocast_kept():
         _check_autocast_on(stash_autocast, restored_autocast)
         _check_autocast_off(stash_autocast, restored_autocast)
+        if torch.cuda.is_available():
+            _check_autocast_cuda(stash_autocast, restored_autocast)
     passed("2.3", "restored_autocast re-enters the stashed autocast (bfloat16, float16, or off) and restores "
                   "the settings after its block")

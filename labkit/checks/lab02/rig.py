@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_leaves
 
 B, D_IN, D, D_MID, D_OUT = 3, 4, 6, 8, 5  # batch; features of x, h (fn's input), fn's middle, fn's output
 P_DROP = 0.5
-KINDS = ("one", "two", "mixed")  # fn returns one tensor; two tensors; (tensor, None, 3)
+KINDS = ("one", "two", "mixed")  # fn returns one tensor; two tensors; (tensor, None, 3, an int64 tensor)
 
 
 class Calls:
@@ -32,19 +32,27 @@ class Calls:
         self.grad_modes: list[bool] = []
         self.args: list[tuple[Any, ...]] = []  # each tensor replaced by the string "tensor"
         self.kwargs: list[dict[str, Any]] = []
-        self.tensors: list[list[torch.Tensor]] = []  # the tensors of each call, as received
+        self.tensor_ids: list[list[int]] = []  # id() of the tensors of each call, as received
+        self.first_storages: list[Any] = []  # weak references to the storages of the first call's tensors
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.grad_modes.append(torch.is_grad_enabled())
         self.args.append(tuple("tensor" if isinstance(a, torch.Tensor) else a for a in args))
         self.kwargs.append(dict(kwargs))
-        self.tensors.append([a for a in args if isinstance(a, torch.Tensor)])
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        self.tensor_ids.append([id(t) for t in tensors])
+        if len(self.tensor_ids) == 1:  # weakly: the checker must not keep the inputs alive itself
+            self.first_storages = [weakref.ref(t.untyped_storage()) for t in tensors]
         return self.fn(*args, **kwargs)
 
     def reran_on_originals(self) -> bool:
         """A later call received one of the very tensor objects of the first call (not detached copies)."""
-        first = {id(t) for t in self.tensors[0]} if self.tensors else set()
-        return any(id(t) in first for call in self.tensors[1:] for t in call)
+        first = set(self.tensor_ids[0]) if self.tensor_ids else set()
+        return any(i in first for call in self.tensor_ids[1:] for i in call)
+
+    def first_input_alive(self, i: int = 0) -> bool:
+        """The storage of the first call's i-th tensor argument is still alive."""
+        return self.first_storages[i]() is not None
 
 
 class Net(nn.Module):
@@ -77,9 +85,11 @@ class Net(nn.Module):
         a = self.middle(h, s)
         return self.w2(a), a
 
-    def fn_mixed(self, h: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, None, int]:
-        """The checkpointed function: a tensor, a None and an int, as Hugging Face's T5 blocks return."""
-        return self.w2(self.middle(h, s)), None, 3
+    def fn_mixed(self, h: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, None, int, torch.Tensor]:
+        """The checkpointed function: a tensor, a None (as Hugging Face's T5 blocks return), an int, and an
+        int64 tensor (which requires no grad, yet gets a zero gradient, not None)."""
+        a = self.middle(h, s)
+        return self.w2(a), None, 3, a.argmax(-1)
 
     def function(self, kind: str) -> Callable[..., Any]:
         """fn, fn2 or fn_mixed by KINDS name."""
@@ -95,7 +105,8 @@ class Net(nn.Module):
 
 def loss_of(out: Any, p_after: float = 0.0) -> torch.Tensor:
     """A weighted sum of fn's tensor outputs (in float32), through a dropout after the checkpoint when p_after > 0."""
-    outs = [o for o in ((out,) if isinstance(out, torch.Tensor) else tuple(out)) if isinstance(o, torch.Tensor)]
+    outs = [o for o in ((out,) if isinstance(out, torch.Tensor) else tuple(out))
+            if isinstance(o, torch.Tensor) and o.is_floating_point()]
     total = torch.zeros((), dtype=torch.float32 if outs[0].dtype in (torch.bfloat16, torch.float16) else outs[0].dtype)
     for o in outs:
         o = F.dropout(o, p_after, training=True) if p_after else o
