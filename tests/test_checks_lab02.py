@@ -369,7 +369,8 @@ def restore_generator(gen):
         yield
 
 
-def _broken_rng(Base):
+def _broken_rng(Base, restored=restored_rng):
+    """RecomputeRNG built on `Base` (a planted Recompute bug), replaying the RNG with `restored`."""
     class Broken(Base):
         @staticmethod
         def forward(ctx, fn, *args):
@@ -378,7 +379,7 @@ def _broken_rng(Base):
 
         @staticmethod
         def backward(ctx, *grad_outputs):
-            with restored_rng(ctx.rng):
+            with restored(ctx.rng):
                 return Base.backward(ctx, *grad_outputs)
     return Broken
 
@@ -577,21 +578,6 @@ def checkpoint_without_refusal(fn, *args, **kwargs):
     return _NoRefusalRNG.apply(run, *tensors)
 
 
-def _rng_with(restored):
-    """RecomputeRNG whose backward replays the RNG with `restored` instead of restored_rng."""
-    class RecomputeWith(Recompute):
-        @staticmethod
-        def forward(ctx, fn, *args):
-            ctx.rng = stash_rng(*args)
-            return Recompute.forward(ctx, fn, *args)
-
-        @staticmethod
-        def backward(ctx, *grad_outputs):
-            with restored(ctx.rng):
-                return Recompute.backward(ctx, *grad_outputs)
-    return RecomputeWith
-
-
 def _in_namespace(fn, **names):
     """fn as if defined in a notebook whose `names` are the given (broken) definitions."""
     namespace = dict(fn.__globals__, **names)
@@ -610,7 +596,7 @@ def _in_namespace(fn, **names):
     (checkpoint_without_autocast, "restored_autocast(state) inside run", "forward under autocast"),
     (checkpoint_closes_over_args, "not the ones checkpoint was called with", "tensors fn received"),
     (checkpoint_without_refusal, "refuse_unsupported_backward()", "torch.autograd.grad"),
-    (_in_namespace(ref.checkpoint, restored_rng=restored_rng_no_fork, RecomputeRNG=_rng_with(restored_rng_no_fork)),
+    (_in_namespace(ref.checkpoint, restored_rng=restored_rng_no_fork, RecomputeRNG=_broken_rng(Recompute, restored_rng_no_fork)),
      "make Exercise 2.2 pass first", "Exercise 2.2, which checkpoint is built on"),
     (_in_namespace(ref.checkpoint, Recompute=NoLeadingNone, RecomputeRNG=_broken_rng(NoLeadingNone)),
      "make Exercise 2.1 pass first", "Exercise 2.1, which checkpoint is built on"),
