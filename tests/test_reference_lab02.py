@@ -246,3 +246,22 @@ def test_frozen_inputs_warn():
     net = Net()
     with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
         ref.checkpoint(net.fn, torch.randn(5, 8))
+
+
+def test_the_warning_points_at_the_caller_and_stays_quiet_under_no_grad():
+    net = Net()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ref.checkpoint(net.fn, torch.randn(5, 8))  # this line
+        with torch.no_grad():
+            ref.checkpoint(net.fn, torch.randn(5, 8))
+    assert len(caught) == 1 and caught[0].filename == __file__
+
+
+def test_checkpoint_hooks_trains_the_block_behind_a_frozen_input():
+    """The frozen-embedding case: no input requires grad, the parameters inside fn still get exact gradients."""
+    def run(net, call):
+        call(net.fn, torch.linspace(-1, 1, 40).reshape(5, 8)).square().sum().backward()
+
+    want, got = _plain_and(ref.checkpoint_hooks, run)
+    assert _equal(want[2:6], got[2:6])  # w1 and w2, weight and bias
