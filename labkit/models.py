@@ -305,6 +305,38 @@ def korthikanti_bytes(cfg: GPTConfig, act_bytes: int | None = None, mask_bytes: 
     return cfg.n_layers * sum(t.bytes for t in korthikanti_terms(cfg, act_bytes, mask_bytes))
 
 
+# ---------------------------------------------------------------- chains of unequal layers (lab 03)
+
+class ChainLayer(nn.Module):
+    """A layer of a chain: Linear then GELU ("heavy": a matmul's FLOPs), or GELU alone ("light": none).
+
+    Either way the layer keeps its input and (heavy) the Linear's output for backward, and nothing its
+    neighbours keep: its output is kept by the next layer, so per-layer bytes add up without overlap.
+    """
+
+    def __init__(self, width: int, heavy: bool, dtype: torch.dtype, gen: torch.Generator) -> None:
+        super().__init__()
+        self.heavy = heavy
+        self.linear = _linear(width, width, True, dtype, gen, std=None) if heavy else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., width) -> (..., width)."""
+        return F.gelu(self.linear(x) if self.linear is not None else x)
+
+    def extra_repr(self) -> str:
+        return "heavy" if self.heavy else "light"
+
+
+def layer_chain(kinds: str, width: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> nn.Sequential:
+    """A chain of ChainLayers, one per letter of `kinds`: "H" heavy, "L" light (e.g. "HL" * 16)."""
+    if not isinstance(kinds, str) or not kinds or set(kinds) - {"H", "L"}:
+        raise ValueError(f"layer_chain: kinds={kinds!r} must be a non-empty string of 'H' (heavy) and 'L' (light)")
+    _check_positive_int("width", width)
+    _check_float_dtype(dtype)
+    gen = torch.Generator().manual_seed(seed)
+    return nn.Sequential(*[ChainLayer(width, k == "H", dtype, gen) for k in kinds])
+
+
 def parameter_bytes(model: nn.Module) -> int:
     """Bytes held by the model's (deduplicated) parameters."""
     return sum(p.numel() * p.element_size() for p in model.parameters())

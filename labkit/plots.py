@@ -1,6 +1,8 @@
 """Figures for the labs; every function returns a matplotlib Figure (display it by ending a cell with it)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -119,5 +121,108 @@ def crossover(xs: Sequence[float], activation_bytes: Sequence[float], state_byte
     ax.set_ylabel("MiB")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- lab 03
+def u_curves(sweeps: Mapping[int, Mapping], title: str = "checkpointing in k segments") -> Figure:
+    """Measured and predicted activation peak (left) and step time (right) against k, one line per chain length.
+
+    `sweeps` maps n_layers to labkit.bench.segments_sweep's result.
+    """
+    if not sweeps:
+        raise ValueError("u_curves: no sweeps given; pass {n_layers: segments_sweep(...)}")
+    fig, (mem, tim) = _new(2, width=10.0)
+    for n, sweep in sweeps.items():
+        ks = [r["segments"] for r in sweep["rows"]]
+        line, = mem.plot(ks, [r["measured_bytes"] / MiB for r in sweep["rows"]], "o", label=f"n={n} measured")
+        mem.plot(ks, [r["predicted_bytes"] / MiB for r in sweep["rows"]], "-", color=line.get_color(),
+                 label=f"n={n} model")
+        mem.axhline(sweep["none_bytes"] / MiB, color=line.get_color(), linestyle=":", linewidth=1)
+        mem.axvline(n ** 0.5, color=line.get_color(), linestyle="--", linewidth=0.8)
+        timed = [(r["segments"], r["step_time_ratio"]) for r in sweep["rows"] if r["step_time_ratio"] is not None]
+        tim.plot([k for k, _ in timed], [t for _, t in timed], "o-", color=line.get_color(), label=f"n={n}")
+    tim.axhline(4 / 3, color="grey", linestyle="--", linewidth=1, label="one extra forward (4/3)")
+    for ax in (mem, tim):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("segments k")
+    mem.set_ylabel("activation peak, MiB (dotted: no checkpointing; dashed: √n)")
+    tim.set_ylabel("step time / step time without checkpointing")
+    mem.legend(fontsize=8)
+    tim.legend(fontsize=8)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def pareto(points: Mapping[str, Sequence[tuple[float, float]]], title: str = "memory against time",
+           xlabel: str = "activation peak, MiB", ylabel: str = "step time / plain") -> Figure:
+    """Points (memory bytes, time) per method; lines join each method's points in memory order."""
+    if not points:
+        raise ValueError("pareto: no points given; pass {method: [(bytes, time), ...]}")
+    fig, (ax,) = _new()
+    for name, pts in points.items():
+        pts = sorted(pts)
+        ax.plot([p[0] / MiB for p in pts], [p[1] for p in pts], "o-" if len(pts) > 1 else "o", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def schedule_diagram(schedule: Sequence, n_layers: int, title: str = "a schedule",
+                     kinds: str | None = None) -> Figure:
+    """Which layers a schedule keeps (blue), checkpoints (green: only the first layer's input is kept) and
+    recomputes in backward; `kinds` ("HL...") marks heavy layers."""
+    fig, (ax,) = _new(height=1.9)
+    for seg in schedule:
+        colour = PHASE_COLOURS["recompute"] if seg.recompute else PHASE_COLOURS["forward"]
+        ax.barh(0, seg.stop - seg.start, left=seg.start, color=colour, alpha=0.45, edgecolor="black", linewidth=0.6)
+        if seg.recompute:
+            ax.plot([seg.start + 0.5], [0], "v", color="black", markersize=5)
+    if kinds:
+        for i, kind in enumerate(kinds):
+            if kind == "H":
+                ax.plot([i + 0.5], [0.3], "s", color="dimgray", markersize=3)
+    ax.set_xlim(0, n_layers)
+    ax.set_ylim(-0.6, 0.6)
+    ax.set_yticks([])
+    ax.set_xlabel("layer (blue: kept; green: recomputed in backward, ▼ the input its checkpoint keeps"
+                  + ("; ■ heavy layer)" if kinds else ")"), fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def segments_figure(n_layers: int, segments: int, model: Callable[..., int], input_bytes: int, layer_bytes: int,
+                    extra_bytes: int = 0) -> Figure:
+    """The model's peak against k for an n-layer chain, k marked (left), and the k segments it keeps (right).
+
+    `model(n, k, input_bytes, layer_bytes, extra_bytes)` is lab 03's segment_peak; the static twin of
+    labkit.widgets.segments_explorer.
+    """
+    if not 1 <= segments <= n_layers:
+        raise ValueError(f"segments_figure: segments={segments} must be between 1 and n_layers={n_layers}")
+    fig, (curve, bars) = _new(2, width=10.0, height=3.0)
+    ks = list(range(1, n_layers + 1))
+    peaks = [model(n_layers, k, input_bytes, layer_bytes, extra_bytes) / MiB for k in ks]
+    curve.plot(ks, peaks, "-", color=PHASE_COLOURS["forward"])
+    curve.plot([segments], [peaks[segments - 1]], "o", color="crimson")
+    curve.axvline(n_layers ** 0.5, color="grey", linestyle="--", linewidth=0.8, label="√n")
+    curve.set_xscale("log", base=2)
+    curve.set_xlabel("segments k")
+    curve.set_ylabel("predicted activation peak, MiB")
+    curve.set_title(f"n={n_layers}, k={segments}: {peaks[segments - 1]:.2f} MiB", fontsize=10)
+    curve.legend(fontsize=8)
+    bounds = [i * n_layers // segments for i in range(segments + 1)]
+    for a, b in zip(bounds, bounds[1:]):
+        bars.barh(0, b - a, left=a, color=PHASE_COLOURS["recompute"], alpha=0.45, edgecolor="black", linewidth=0.6)
+        bars.plot([a + 0.5], [0], "v", color="black", markersize=4)
+    bars.set_xlim(0, n_layers)
+    bars.set_yticks([])
+    bars.set_xlabel("layer (▼ the input each segment keeps; each segment recomputed in backward)", fontsize=8)
     fig.tight_layout()
     return fig

@@ -26,15 +26,22 @@ class Sizes:
     heads: int
     gpt_layers: int
     repeats: int  # timing repeats per measurement
+    # chains of lab 03: Linear(width, width) + ReLU layers at batch chain_batch, of each length in chain_layers
+    chain_width: int = 32
+    chain_batch: int = 8
+    chain_layers: tuple[int, ...] = (4, 16)
 
 
 _SIZES = {
     "tiny": Sizes("tiny", "cpu", mlp_layers=4, mlp_width=32, mlp_batch=8,
-                  seq=16, batch=2, hidden=32, heads=2, gpt_layers=2, repeats=3),
+                  seq=16, batch=2, hidden=32, heads=2, gpt_layers=2, repeats=3,
+                  chain_width=32, chain_batch=8, chain_layers=(4, 16)),
     "cpu": Sizes("cpu", "cpu", mlp_layers=16, mlp_width=256, mlp_batch=256,
-                 seq=128, batch=4, hidden=128, heads=4, gpt_layers=4, repeats=7),
+                 seq=128, batch=4, hidden=128, heads=4, gpt_layers=4, repeats=7,
+                 chain_width=512, chain_batch=256, chain_layers=(16, 64)),
     "gpu": Sizes("gpu", "cuda", mlp_layers=32, mlp_width=2048, mlp_batch=4096,
-                 seq=2048, batch=4, hidden=1024, heads=16, gpt_layers=8, repeats=20),
+                 seq=2048, batch=4, hidden=1024, heads=16, gpt_layers=8, repeats=20,
+                 chain_width=2048, chain_batch=2048, chain_layers=(16, 64, 256)),
 }
 
 

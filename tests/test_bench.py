@@ -16,7 +16,7 @@ def test_meter_bench_reports_one_ratio_per_repeat():
 
 def test_bench_cli_unknown_name(capsys):
     assert bench.main("nope") == 2
-    assert "choose one of formula, meter, recompute" in capsys.readouterr().err
+    assert "choose one of formula, meter, recompute, segments, schedule" in capsys.readouterr().err
 
 
 def test_plots_return_figures():
@@ -49,7 +49,7 @@ def test_gpu_check_skips_cleanly_without_cuda(capsys):
 
 def test_every_benchmark_keeps_its_json_keys():
     """The keys `bench NAME --json` prints are the ones notes and gpu-check read."""
-    assert set(bench.BENCHMARKS) == {"formula", "meter", "recompute"}
+    assert set(bench.BENCHMARKS) == {"formula", "meter", "recompute", "segments", "schedule"}
     assert set(bench.formula()) == {"configs", "max_rel_error"}
     assert set(bench.meter(lk.sizes("tiny"))) == {"slowdown", "ratios"}
     keys = set(bench.recompute_comparison(lambda fn, *a: fn(*a), lk.sizes("tiny")).figures())

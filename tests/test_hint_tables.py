@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-LABS = ["labkit.checks.lab01", "labkit.checks.lab02"]
+LABS = ["labkit.checks.lab01", "labkit.checks.lab02", "labkit.checks.lab03"]
 
 
 @pytest.mark.parametrize("package", LABS)

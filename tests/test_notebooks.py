@@ -92,6 +92,8 @@ WRONG_ANSWERS = [  # (solution, text in the answer, the wrong text, the checker 
     ("01_activation_memory", "return t.detach()  # not t", "return t  # not t", "ex_1_5"),
     ("02_recompute", "        torch.set_rng_state(state.cpu)\n", "", "ex_2_2"),
     ("02_recompute", "return rebuilt[task].pop(index)", "return rebuilt[task][index]", "ex_2_5"),
+    ("03_sqrt_n", "bounds = [i * n // segments for i in range(segments + 1)]",
+     "bounds = [i * (n // segments) for i in range(segments)] + [n]", "ex_3_1"),
 ]
 
 

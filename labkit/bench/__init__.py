@@ -13,12 +13,17 @@ from typing import Any, Callable
 
 from labkit.bench.lab01 import formula, formula_configs
 from labkit.bench.lab02 import RecomputeResult, recompute, recompute_comparison, recompute_config
+from labkit.bench.lab03 import (
+    activation_peak, hetero_chain, mlp_chain, schedule, segment_constants, segments, segments_sweep, step_time_ratio,
+)
 from labkit.bench.overhead import meter
 
 __all__ = ["BENCHMARKS", "main", "formula", "formula_configs", "meter", "recompute", "recompute_comparison",
-           "recompute_config", "RecomputeResult"]
+           "recompute_config", "RecomputeResult", "segments", "schedule", "segments_sweep", "segment_constants",
+           "activation_peak", "step_time_ratio", "mlp_chain", "hetero_chain"]
 
-BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "meter": meter, "recompute": recompute}
+BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "meter": meter, "recompute": recompute,
+                                                       "segments": segments, "schedule": schedule}
 
 
 def main(name: str, as_json: bool = False) -> int:

@@ -1,0 +1,183 @@
+"""Lab 03's benchmarks: segments (the √n U-curve against its model) and schedule (optimal against √n)."""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from labkit.ledger import saved_tensors
+from labkit.meter import measure_peak
+from labkit.models import MLPChain, MLPConfig, layer_chain, mlp_input
+from labkit.profile import Sizes, sizes
+from labkit.timing import benchmark, compare
+
+Run = Callable[[Sequence[nn.Module], torch.Tensor], torch.Tensor]  # run(layers, x) -> the chain's output
+
+
+def mlp_chain(size: Sizes, n_layers: int) -> tuple[nn.Module, torch.Tensor]:
+    """The lab's uniform chain, n_layers Linear+ReLU of size.chain_width, and an input that requires grad."""
+    model = MLPChain(MLPConfig(n_layers=n_layers, width=size.chain_width)).to(size.device)
+    x = mlp_input(model.cfg, batch=size.chain_batch, requires_grad=True, device=size.device)
+    return model, x
+
+
+def _with_grads(model: nn.Module, x: torch.Tensor) -> None:
+    """Gradients that exist before a step (zeros): the step's peak above them is activations and temporaries."""
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    x.grad = torch.zeros_like(x)
+
+
+def _step(model: nn.Module, x: torch.Tensor, run: Run | None) -> Callable[[], None]:
+    layers = list(model.layers if hasattr(model, "layers") else model)
+
+    def step() -> None:
+        out = model(x) if run is None else run(layers, x)
+        out.sum().backward()
+    return step
+
+
+def activation_peak(model: nn.Module, x: torch.Tensor, run: Run | None = None) -> int:
+    """Live bytes above parameters, their gradients and the input at the peak of one step (run None: plain).
+
+    The gradients exist before the step (zeros, accumulated into in place) and there is no optimizer, so
+    nothing is made lazily by a first step: one measured step is the steady state.
+    """
+    _with_grads(model, x)
+    meter = measure_peak(_step(model, x, run), track=(model, x))
+    return meter.peak - meter.baseline
+
+
+def step_time_ratio(model: nn.Module, x: torch.Tensor, run: Run, repeats: int = 3) -> float:
+    """Median over alternating pairs of time(step with run) / time(plain step)."""
+    _with_grads(model, x)
+    return compare(_step(model, x, None), _step(model, x, run), repeats=repeats, warmup=1, device=x.device).ratio
+
+
+def segment_constants(model: nn.Module, x: torch.Tensor, checkpoint: Callable[..., torch.Tensor]) -> dict[str, int]:
+    """The segment model's constants, from the ledger and one plain step.
+
+    input_bytes: what a checkpoint keeps (the ledger of the whole chain checkpointed as one segment);
+    layer_bytes: what one layer keeps (the plain chain's ledger, less its input, per layer);
+    extra_bytes: what backward holds besides saved activations (the plain step's peak less its ledger), plus
+    the output of the segment being back-propagated, which the reentrant design holds (lab 02).
+    """
+    layers = list(model.layers)
+
+    def whole(h: torch.Tensor) -> torch.Tensor:
+        for layer in layers:
+            h = layer(h)
+        return h
+
+    input_bytes = saved_tensors(lambda h: checkpoint(whole, h), x, model=model).total_bytes
+    plain = saved_tensors(model, x, model=model).total_bytes
+    layer_bytes = (plain - input_bytes) // len(layers)
+    output_bytes = x.numel() * x.element_size()
+    extra_bytes = activation_peak(model, x) - plain + output_bytes
+    return {"input_bytes": input_bytes, "layer_bytes": layer_bytes, "extra_bytes": extra_bytes}
+
+
+def segments_sweep(checkpoint_segments: Callable[..., torch.Tensor], segment_peak: Callable[..., int],
+                   checkpoint: Callable[..., torch.Tensor], size: Sizes, n_layers: int, ks: Sequence[int],
+                   repeats: int = 3, progress: bool = True, timed: Sequence[int] | None = None) -> dict[str, Any]:
+    """Measured activation peak, predicted peak and step time ratio of checkpoint_segments for each k in ks
+    (the time only for the ks in `timed`, when given; None for the others)."""
+    model, x = mlp_chain(size, n_layers)
+    constants = segment_constants(model, x, checkpoint)
+    none_bytes = activation_peak(model, x)
+    rows = []
+    for k in tqdm(list(ks), desc=f"n={n_layers}: segments", disable=not progress, leave=False):
+        run = (lambda layers, h, k=k: checkpoint_segments(layers, h, k, checkpoint))
+        ratio = None if timed is not None and k not in timed else round(step_time_ratio(model, x, run, repeats), 4)
+        rows.append({"segments": k, "measured_bytes": activation_peak(model, x, run),
+                     "predicted_bytes": segment_peak(n_layers, k, **constants), "step_time_ratio": ratio})
+    best = min(rows, key=lambda r: (r["measured_bytes"], r["segments"]))["segments"]
+    error = max(abs(r["measured_bytes"] - r["predicted_bytes"]) / r["measured_bytes"] for r in rows)
+    return {"n_layers": n_layers, "none_bytes": none_bytes, "rows": rows, "best_segments": best,
+            "max_rel_error": round(error, 6), "constants": constants}
+
+
+def segments(size: Sizes | None = None) -> dict[str, Any]:
+    """Lab 03's reference checkpoint_segments on the longest chain of the profile (n = 64 on `cpu`)."""
+    from labkit.reference.recompute import checkpoint
+    from labkit.reference.sqrt_n import checkpoint_segments, segment_peak
+
+    size = size or sizes()
+    n = max(size.chain_layers)
+    ks = sorted({2 ** i for i in range(int(math.log2(n)) + 1)} | {round(math.sqrt(n))})
+    out = segments_sweep(checkpoint_segments, segment_peak, checkpoint, size, n, ks, progress=False)
+    del out["constants"]
+    return out
+
+
+# ------------------------------------------------------------------ schedule
+def hetero_chain(size: Sizes, n_layers: int) -> tuple[nn.Sequential, torch.Tensor]:
+    """Heavy and light layers alternating (Linear+GELU, GELU alone), half the lab's width, and an input."""
+    width = max(8, size.chain_width // 2)
+    chain = layer_chain("HL" * (n_layers // 2), width).to(size.device)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(size.chain_batch, width, generator=gen).to(size.device).requires_grad_()
+    return chain, x
+
+
+def _random_costs(ChainCosts: type, n: int, rng: np.random.Generator) -> Any:
+    return ChainCosts([int(v) for v in rng.integers(1, 9, n)], [int(v) for v in rng.integers(1, 5, n)],
+                      [float(v) for v in rng.random(n)])
+
+
+def exhaustive_cost(costs: Any, budget: int, S: Any) -> float | None:
+    """The least recompute cost over every schedule of a short chain (None: nothing fits), by brute force."""
+    import itertools
+
+    n, best = len(costs.act), None
+    for cuts in itertools.product([False, True], repeat=n - 1):
+        bounds = [0, *[i + 1 for i, cut in enumerate(cuts) if cut], n]
+        for kinds in itertools.product([False, True], repeat=len(bounds) - 1):
+            schedule = [S.Segment(a, b, k) for a, b, k in zip(bounds, bounds[1:], kinds)]
+            if S.peak_of(schedule, costs) <= budget:
+                cost = S.recompute_cost(schedule, costs)
+                best = cost if best is None else min(best, cost)
+    return best
+
+
+def schedule(size: Sizes | None = None) -> dict[str, Any]:
+    """Lab 03's optimal schedule against √n on the heterogeneous chain, at the budget √n needs."""
+    import labkit.reference.sqrt_n as S
+    from labkit.reference.recompute import checkpoint
+
+    size = size or sizes()
+    n = max(size.chain_layers) // 2
+    chain, x = hetero_chain(size, n)
+    costs = S.profile_chain(chain, x)
+    sqrt_n = S.uniform_schedule(n, round(math.sqrt(n)))
+    budget = S.peak_of(sqrt_n, costs)
+    optimal = S.schedule_for(costs, budget)
+    plain = benchmark(_step(chain, x, None), warmup=1, repeats=size.repeats).median
+    out: dict[str, Any] = {"budget_bytes": budget}
+    for name, sched in (("optimal", optimal), ("sqrt_n", sqrt_n)):
+        run = (lambda layers, h, sched=sched: S.run_schedule(layers, h, sched, checkpoint))
+        seconds = benchmark(_step(chain, x, run), warmup=1, repeats=size.repeats).median
+        out[name] = {"measured_bytes": activation_peak(chain, x, run), "predicted_bytes": S.peak_of(sched, costs),
+                     "recompute_cost": S.recompute_cost(sched, costs), "recompute_s": round(seconds - plain, 6),
+                     "segments": [[s.start, s.stop, "recompute" if s.recompute else "store"] for s in sched]}
+    rng = np.random.default_rng(0)
+    big = _random_costs(S.ChainCosts, 1000, rng)
+    start = time.perf_counter()
+    S.plan(big, 16 * int(math.sqrt(1000)))
+    out["solve_seconds_n1000"] = round(time.perf_counter() - start, 4)
+    matches = True
+    for _ in range(200):
+        costs_small = _random_costs(S.ChainCosts, int(rng.integers(1, 9)), rng)
+        budget_small = int(rng.integers(1, 30))
+        found = S.plan(costs_small, budget_small)
+        want = exhaustive_cost(costs_small, budget_small, S)
+        got = None if found is None else S.recompute_cost(found, costs_small)
+        matches &= (want is None and got is None) or (want is not None and got is not None and abs(want - got) < 1e-9)
+    out["matches_exhaustive"] = bool(matches)
+    return out

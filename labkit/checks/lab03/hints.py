@@ -1,0 +1,49 @@
+"""Lab 03's hints: one per mistake, each used from here (tests hold them distinct)."""
+from __future__ import annotations
+
+# ---------------------------------------------------------------- Exercise 3.1: segments
+SEG_SPEC = ("checkpoint_segments(layers, x, segments, checkpoint) runs layers[i*n//k:(i+1)*n//k] for i in 0..k-1, "
+            "each under checkpoint(run_layers(...), x)")
+SEG_BOUNDS = ("segment i holds layers[i*n//k : (i+1)*n//k]: compute the bounds as [i * n // k for i in range(k + 1)] "
+              "so the segments differ by at most one layer")
+SEG_LAST = ("checkpoint every segment, the last one too (unlike torch's checkpoint_sequential): the rule of "
+            "this lab, so that the memory model has no special case")
+SEG_ARG = "use the checkpoint function passed in (the `checkpoint` argument), not a fixed one"
+SEG_ONCE = ("run each layer once in forward and once more in its segment's recompute: every layer belongs to "
+            "exactly one segment")
+SEG_EXACT = "gradients must equal the plain chain's bit for bit: run the layers in order, unchanged"
+SEG_BAD_K = ("refuse segments outside 1..n (and non-ints) with a ValueError that names the value and the allowed "
+             "range")
+SEG_BAD_CHAIN = ("check the chain first (check_chain): an empty chain is a ValueError, an element that is not "
+                 "callable a TypeError")
+
+# ---------------------------------------------------------------- Exercise 3.2: the model
+MODEL_SPEC = "segment_peak(n, k, input_bytes, layer_bytes, extra_bytes) is k·input + ceil(n/k)·layer + extra"
+MODEL_CEIL = ("the longest segment has ceil(n/k) layers, not n/k rounded down: -(-n // k) in integer "
+              "arithmetic")
+MODEL_EXTRA = "add extra_bytes: backward holds gradients and the rerun's output besides the saved activations"
+MODEL_INPUTS = "k segments keep k inputs: segments * input_bytes"
+MODEL_BEST = ("best_segments must search k = 1..n for the least segment_peak (the smallest k on a tie): √n is "
+              "the answer only when input_bytes == layer_bytes")
+MODEL_INT = "return Python ints (use // and -(-a // b), not / and math.ceil on floats)"
+
+# ---------------------------------------------------------------- Exercise 3.3: recursion
+REC_SPEC = ("checkpoint_recursive(layers, x, checkpoint): one layer runs plainly; otherwise checkpoint the first "
+            "half with a function that runs checkpoint_recursive on it, then recurse on the second half")
+REC_CALLS = ("each half must recurse: the first half through checkpoint(lambda h: checkpoint_recursive(first, h, "
+             "checkpoint), x), the second directly; the layer calls then follow T(n) = n//2 + T(n//2) + "
+             "T(n - n//2)")
+REC_SPLIT = "split at mid = len(layers) // 2: the first half is layers[:mid]"
+REC_ARG = "pass the checkpoint argument down the recursion and use it, not a fixed one"
+
+# ---------------------------------------------------------------- Exercise 3.4: the planner
+PLAN_SPEC = ("plan(costs, budget) returns a list of Segments covering layers 0..n in order, or None when no "
+             "schedule's peak_of fits the budget")
+PLAN_NONE = ("return None when nothing fits (every layer recomputed, in the best segments, is the least a "
+             "schedule can need)")
+PLAN_FITS = ("the schedule you return must fit: peak_of(schedule, costs) <= budget; count the kept input of "
+             "each recomputed segment and costs.extra")
+PLAN_OPTIMAL = ("the schedule fits but recomputes more than the best one: consider every segment end j for a "
+                "recomputed segment starting at i, and storing layers too, keeping the least cost for each "
+                "amount of kept memory")
+PLAN_COVER = "the segments must cover the chain in order: Segment(0, ..), then each starting where the last stopped"

@@ -1,0 +1,39 @@
+"""Lab 03's benchmarks on the tiny profile: the keys the issue names, and the bars' meaning."""
+from __future__ import annotations
+
+import json
+
+import labkit as lk
+from labkit.bench import lab03
+
+
+def test_segments_bench_keys_and_an_exact_model():
+    figures = lab03.segments(lk.sizes("tiny"))
+    json.dumps(figures)
+    assert set(figures) == {"n_layers", "none_bytes", "rows", "best_segments", "max_rel_error"}
+    assert set(figures["rows"][0]) == {"segments", "measured_bytes", "predicted_bytes", "step_time_ratio"}
+    n = figures["n_layers"]
+    assert figures["max_rel_error"] <= 0.10
+    assert n ** 0.5 / 2 <= figures["best_segments"] <= 2 * n ** 0.5
+    best = next(r for r in figures["rows"] if r["segments"] == figures["best_segments"])
+    assert best["measured_bytes"] < figures["none_bytes"]
+
+
+def test_schedule_bench_keys_and_bars():
+    figures = lab03.schedule(lk.sizes("tiny"))
+    json.dumps(figures)
+    assert set(figures) == {"budget_bytes", "optimal", "sqrt_n", "solve_seconds_n1000", "matches_exhaustive"}
+    for name in ("optimal", "sqrt_n"):
+        assert {"measured_bytes", "recompute_cost", "recompute_s"} <= set(figures[name])
+        assert figures[name]["measured_bytes"] <= figures["budget_bytes"]
+    assert figures["optimal"]["recompute_cost"] < figures["sqrt_n"]["recompute_cost"]
+    assert figures["matches_exhaustive"] is True
+
+
+def test_u_curves_and_schedule_figures():
+    sweep = lab03.segments_sweep(lambda ls, h, k, c: h, lambda n, k, **c: 1, lambda f, h: f(h), lk.sizes("tiny"), 4,
+                                 [1, 2], progress=False, timed=[2])
+    assert sweep["rows"][0]["step_time_ratio"] is None and sweep["rows"][1]["step_time_ratio"] is not None
+    figs = [lk.plots.u_curves({4: sweep}), lk.plots.pareto({"a": [(1, 1.0), (2, 0.5)]}),
+            lk.plots.segments_figure(8, 3, lambda n, k, a, b, e: k * a + -(-n // k) * b + e, 1, 1)]
+    assert all(len(f.axes) >= 1 for f in figs)
