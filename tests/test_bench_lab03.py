@@ -37,3 +37,16 @@ def test_u_curves_and_schedule_figures():
     figs = [lk.plots.u_curves({4: sweep}), lk.plots.pareto({"a": [(1, 1.0), (2, 0.5)]}),
             lk.plots.segments_figure(8, 3, lambda n, k, a, b, e: k * a + -(-n // k) * b + e, 1, 1)]
     assert all(len(f.axes) >= 1 for f in figs)
+
+
+def test_segments_explorer_builds_and_follows_its_sliders():
+    model = lambda n, k, a, b, e: k * a + -(-n // k) * b + e  # noqa: E731
+    box = lk.widgets.segments_explorer(model, 1, 1, 0, n_layers=16, segments=4, n_max=64)
+    n_slider, k_slider = box.children[0].children
+    n_slider.value = 9
+    assert k_slider.max == 9
+    k_slider.value = 3
+    assert n_slider.value == 9 and k_slider.value == 3
+    import pytest
+    with pytest.raises(ValueError, match="need 1 <= segments"):
+        lk.widgets.segments_explorer(model, 1, 1, n_layers=4, segments=5)
