@@ -127,8 +127,9 @@ def hetero_chain(size: Sizes, n_layers: int) -> tuple[nn.Sequential, torch.Tenso
 
 
 def _random_costs(ChainCosts: type, n: int, rng: np.random.Generator) -> Any:
-    return ChainCosts([int(v) for v in rng.integers(1, 9, n)], [int(v) for v in rng.integers(1, 5, n)],
-                      [float(v) for v in rng.random(n)])
+    """A chain of n layers with random costs; each layer's act includes its own input, as the model assumes."""
+    inp = [int(v) for v in rng.integers(1, 5, n)]
+    return ChainCosts([i + int(v) for i, v in zip(inp, rng.integers(0, 8, n))], inp, [float(v) for v in rng.random(n)])
 
 
 def exhaustive_cost(costs: Any, budget: int, S: Any) -> float | None:

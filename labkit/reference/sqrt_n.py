@@ -3,7 +3,6 @@
 The solution notebook is the source: edit its `#| export` cells, then run `make student`.
 """
 # Given, section "03 · √n segments, recursion, and optimal schedules"  (solutions/03_sqrt_n.ipynb, cell c002)
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -101,10 +100,10 @@ class Segment:
 class ChainCosts:
     """What the planner knows of each layer i of a chain (bytes from the ledger, compute from FLOPs)."""
 
-    act: list[int]  # bytes layer i keeps when run plainly (its input included)
+    act: list[int]  # bytes layer i keeps when run plainly, its own input included (nothing its neighbours keep)
     inp: list[int]  # bytes of layer i's input: what a checkpoint starting at i keeps
     fwd: list[float]  # cost of running layer i forward once (FLOPs)
-    extra: int = 0  # bytes backward holds besides (gradients in flight, the rerun's output)
+    extra: int = 0  # bytes backward holds besides saved activations (gradients in flight, the rerun's output)
 
     def __post_init__(self) -> None:
         if not (len(self.act) == len(self.inp) == len(self.fwd)) or not self.act:
@@ -118,8 +117,8 @@ def peak_of(schedule: Sequence[Segment], costs: ChainCosts) -> int:
     """Predicted activation peak: what forward leaves kept, or the worst recompute, plus costs.extra."""
     kept, worst = 0, 0
     for seg in schedule:
-        if seg.recompute:  # while it is recomputed: everything kept before it, its input, its activations
-            worst = max(worst, kept + costs.inp[seg.start] + sum(costs.act[seg.start:seg.stop]))
+        if seg.recompute:  # while it is recomputed: everything kept before it, and its activations (input included)
+            worst = max(worst, kept + sum(costs.act[seg.start:seg.stop]))
             kept += costs.inp[seg.start]
         else:
             kept += sum(costs.act[seg.start:seg.stop])
@@ -141,8 +140,10 @@ def run_schedule(layers: Sequence[Callable[[torch.Tensor], torch.Tensor]], x: to
                  schedule: Sequence[Segment], checkpoint: Checkpoint = checkpoint) -> torch.Tensor:
     """Run the chain as the schedule says: stored segments plainly, the others under checkpoint."""
     layers = check_chain(layers, "run_schedule")
-    if [s.start for s in schedule] != [0, *[s.stop for s in schedule[:-1]]] or schedule[-1].stop != len(layers):
-        raise ValueError(f"run_schedule: the segments must cover layers 0..{len(layers)} in order, got {schedule}")
+    starts, stops = [s.start for s in schedule], [s.stop for s in schedule]
+    if not schedule or starts != [0, *stops[:-1]] or stops[-1] != len(layers) or any(a >= b for a, b in zip(starts, stops)):
+        raise ValueError(f"run_schedule: the segments must cover layers 0..{len(layers)} in order, each non-empty, "
+                         f"got {schedule}")
     for seg in schedule:
         run = run_layers(layers[seg.start:seg.stop])
         x = checkpoint(run, x) if seg.recompute else run(x)
@@ -150,13 +151,16 @@ def run_schedule(layers: Sequence[Callable[[torch.Tensor], torch.Tensor]], x: to
 
 
 # Exercise 3.4: the optimal schedule for layers that differ  (solutions/03_sqrt_n.ipynb, cell c026)
-def _slots(costs: ChainCosts, room: int, most: int = 2048) -> tuple[int, list[int], list[int], int]:
-    """Bytes in units the planner counts in: their common divisor, or room/most (rounded up: never optimistic)."""
-    unit = max(1, math.gcd(*costs.act, *costs.inp, room))
-    if room // unit > most:
-        unit = -(-room // most)
+def _slots(costs: ChainCosts, most: int = 4096) -> tuple[int, list[int], list[int]]:
+    """The unit the planner counts bytes in, and act and inp in it: their common divisor, or, when the chain
+    would need more than `most` units, total/most. Rounded up (never optimistic) and fixed per chain, so a
+    larger budget never fits less."""
+    total = sum(costs.act) + sum(costs.inp)
+    unit = max(1, math.gcd(*costs.act, *costs.inp))
+    if total // unit > most:
+        unit = -(-total // most)
     up = lambda v: -(-v // unit)  # noqa: E731
-    return unit, [up(v) for v in costs.act], [up(v) for v in costs.inp], room // unit
+    return unit, [up(v) for v in costs.act], [up(v) for v in costs.inp]
 
 
 def plan(costs: ChainCosts, budget: int) -> list[Segment] | None:
@@ -164,7 +168,8 @@ def plan(costs: ChainCosts, budget: int) -> list[Segment] | None:
     n, room = len(costs.act), budget - costs.extra
     if room < 0:
         return None
-    _, act, inp, top = _slots(costs, room)
+    unit, act, inp = _slots(costs)
+    top = room // unit  # the budget in units, rounded down
     fwd = np.concatenate([[0.0], np.cumsum(costs.fwd)])  # fwd[j] - fwd[i]: forward cost of layers [i, j)
     held = np.concatenate([[0], np.cumsum(act)])
     best = np.full((n + 1, top + 1), np.inf)  # best[i, m]: least cost of layers [0, i) keeping m units after them
@@ -176,10 +181,12 @@ def plan(costs: ChainCosts, budget: int) -> list[Segment] | None:
             new, old = here[: top + 1 - act[i]], best[i + 1, act[i]:]
             better = new < old
             old[better], came[i + 1, act[i]:][better] = new[better], -2 - i
-        # recompute layers [i, j): while it runs, m kept units + its input + its activations are alive
-        need = inp[i] + held[i + 1:] - held[i]  # for j = i+1 .. n, growing with j
+        # recompute layers [i, j): while it runs, m kept units and its activations (input included) are alive
+        need = held[i + 1:] - held[i]  # for j = i+1 .. n, growing with j
         rows = int(np.searchsorted(need, top, side="right"))
         if rows == 0:
+            continue
+        if inp[i] > top:
             continue
         cols = np.arange(top + 1 - inp[i])
         fits = cols[None, :] <= (top - need[:rows])[:, None]
@@ -203,8 +210,10 @@ def plan(costs: ChainCosts, budget: int) -> list[Segment] | None:
 
 
 def least_budget(costs: ChainCosts) -> int:
-    """The smallest budget some schedule fits, by bisection over plan (storing everything always fits)."""
-    low, high = costs.extra, peak_of([Segment(0, len(costs.act), False)], costs)
+    """The smallest budget plan finds a schedule for, by bisection (fitting is monotone in the budget, and
+    storing everything fits once the budget holds every act, in units)."""
+    unit, act, _ = _slots(costs)
+    low, high = costs.extra, costs.extra + unit * sum(act)
     while low < high:
         mid = (low + high) // 2
         low, high = (low, mid) if plan(costs, mid) is not None else (mid + 1, high)
@@ -226,19 +235,29 @@ def schedule_for(costs: ChainCosts, budget: int) -> list[Segment]:
 def profile_chain(chain: torch.nn.Sequential, x: torch.Tensor) -> ChainCosts:
     """What the planner needs, measured: each layer's bytes from the ledger and its FLOPs from FlopCounterMode.
 
-    extra: while backward runs through a layer it holds, besides saved activations, the gradient arriving
-    at the layer and the one it computes (an input's bytes each) and the layer's parameter gradients before
-    they are added into .grad; the largest such sum over the layers; and the scalar loss and its gradient.
+    The model needs layers that keep their own input and nothing their neighbours keep (lk.layer_chain's
+    do); a layer that keeps less than its input is refused. extra: while backward runs through a layer it
+    holds, besides saved activations, the gradient arriving at the layer and the one it computes, the
+    layer's parameter gradients before they are added into .grad, and the rerun's output that the reentrant
+    design holds (an input's bytes each, the largest layer's parameters), and the scalar loss and its gradient.
     """
+    if not isinstance(chain, torch.nn.Sequential):
+        raise TypeError(f"profile_chain: chain must be an nn.Sequential (the ledger names its layers), "
+                        f"got {type(chain).__name__}")
     layers = check_chain(chain, "profile_chain")
-    by_layer = saved_tensors(run_layers(layers), x, model=chain).by_module()  # modules "0", "1", ... of the chain
-    act = [sum(b for m, b in by_layer.items() if m == str(i) or m.startswith(f"{i}.")) for i in range(len(layers))]
-    inp, fwd, grads, h = [], [], [], x.detach()
-    with torch.no_grad():
-        for layer in layers:
-            inp.append(h.numel() * h.element_size())
-            with FlopCounterMode(display=False) as flops:
-                h = layer(h)
-            fwd.append(float(flops.get_total_flops()))
-            grads.append(sum(p.numel() * p.element_size() for p in getattr(layer, "parameters", list)()))
-    return ChainCosts(act, inp, fwd, extra=2 * max(inp) + max(grads) + 2 * x.element_size())
+    with torch.random.fork_rng(devices=[]):  # profiling must not move the caller's generator
+        by_layer = saved_tensors(run_layers(layers), x, model=chain).by_module()  # modules "0", "1", ...
+        act = [sum(b for m, b in by_layer.items() if m == str(i) or m.startswith(f"{i}.")) for i in range(len(layers))]
+        inp, fwd, grads, h = [], [], [], x.detach()
+        with torch.no_grad():
+            for layer in layers:
+                inp.append(h.numel() * h.element_size())
+                with FlopCounterMode(display=False) as flops:
+                    h = layer(h)
+                fwd.append(float(flops.get_total_flops()))
+                grads.append(sum(p.numel() * p.element_size() for p in layer.parameters()))
+    short = [i for i, (a, b) in enumerate(zip(act, inp)) if a < b]
+    if short:
+        raise ValueError(f"profile_chain: layer {short[0]} keeps {act[short[0]]:,} B, less than its input "
+                         f"({inp[short[0]]:,} B): the planner's model needs layers that keep their own input")
+    return ChainCosts(act, inp, fwd, extra=3 * max(inp) + max(grads) + 2 * x.element_size())
