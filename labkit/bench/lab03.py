@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from labkit.checks.lab03.planner import best_cost
 from labkit.ledger import saved_tensors
 from labkit.meter import measure_peak
 from labkit.models import MLPChain, MLPConfig, layer_chain, mlp_input
@@ -132,21 +133,6 @@ def _random_costs(ChainCosts: type, n: int, rng: np.random.Generator) -> Any:
     return ChainCosts([i + int(v) for i, v in zip(inp, rng.integers(0, 8, n))], inp, [float(v) for v in rng.random(n)])
 
 
-def exhaustive_cost(costs: Any, budget: int, S: Any) -> float | None:
-    """The least recompute cost over every schedule of a short chain (None: nothing fits), by brute force."""
-    import itertools
-
-    n, best = len(costs.act), None
-    for cuts in itertools.product([False, True], repeat=n - 1):
-        bounds = [0, *[i + 1 for i, cut in enumerate(cuts) if cut], n]
-        for kinds in itertools.product([False, True], repeat=len(bounds) - 1):
-            schedule = [S.Segment(a, b, k) for a, b, k in zip(bounds, bounds[1:], kinds)]
-            if S.peak_of(schedule, costs) <= budget:
-                cost = S.recompute_cost(schedule, costs)
-                best = cost if best is None else min(best, cost)
-    return best
-
-
 def schedule(size: Sizes | None = None) -> dict[str, Any]:
     """Lab 03's optimal schedule against √n on the heterogeneous chain, at the budget √n needs."""
     import labkit.reference.sqrt_n as S
@@ -177,7 +163,7 @@ def schedule(size: Sizes | None = None) -> dict[str, Any]:
         costs_small = _random_costs(S.ChainCosts, int(rng.integers(1, 9)), rng)
         budget_small = int(rng.integers(1, 30))
         found = S.plan(costs_small, budget_small)
-        want = exhaustive_cost(costs_small, budget_small, S)
+        want = best_cost(costs_small, budget_small)  # brute force, the checker's own model
         got = None if found is None else S.recompute_cost(found, costs_small)
         matches &= (want is None and got is None) or (want is not None and got is not None and abs(want - got) < 1e-9)
     out["matches_exhaustive"] = bool(matches)
