@@ -30,18 +30,27 @@ class Sizes:
     chain_width: int = 32
     chain_batch: int = 8
     chain_layers: tuple[int, ...] = (4, 16)
+    # labs 04-05: a long-sequence GPT stack, where attention's (b, a, s, s) tensors dominate (5as/h >> 34)
+    long_seq: int = 32
+    long_batch: int = 1
+    long_hidden: int = 16
+    long_heads: int = 2
+    long_layers: int = 2
 
 
 _SIZES = {
     "tiny": Sizes("tiny", "cpu", mlp_layers=4, mlp_width=32, mlp_batch=8,
                   seq=16, batch=2, hidden=32, heads=2, gpt_layers=2, repeats=3,
-                  chain_width=32, chain_batch=8, chain_layers=(4, 16)),
+                  chain_width=32, chain_batch=8, chain_layers=(4, 16),
+                  long_seq=32, long_batch=1, long_hidden=16, long_heads=2, long_layers=2),
     "cpu": Sizes("cpu", "cpu", mlp_layers=16, mlp_width=256, mlp_batch=256,
                  seq=128, batch=4, hidden=128, heads=4, gpt_layers=4, repeats=7,
-                 chain_width=512, chain_batch=256, chain_layers=(16, 64)),
+                 chain_width=512, chain_batch=256, chain_layers=(16, 64),
+                 long_seq=512, long_batch=2, long_hidden=64, long_heads=4, long_layers=2),
     "gpu": Sizes("gpu", "cuda", mlp_layers=32, mlp_width=2048, mlp_batch=4096,
                  seq=2048, batch=4, hidden=1024, heads=16, gpt_layers=8, repeats=20,
-                 chain_width=2048, chain_batch=2048, chain_layers=(16, 64, 256)),
+                 chain_width=2048, chain_batch=2048, chain_layers=(16, 64, 256),
+                 long_seq=2048, long_batch=2, long_hidden=1024, long_heads=16, long_layers=4),
 }
 
 

@@ -1,0 +1,152 @@
+"""Op trace: every aten op a forward runs, with what a checkpoint policy and a roofline need to know of it.
+
+``trace(fn, *args, model=...)`` runs ``fn(*args)`` once under a ``TorchDispatchMode`` and returns one
+``OpRecord`` per op call, in order. The ops are the ones PyTorch's selective checkpointing asks its policy
+about (every op except ``torch.utils.checkpoint.SAC_IGNORED_OPS``: detach and metadata queries), and each
+record's ``key`` counts calls of one op the way that policy's cache does ("addmm#2" is the third addmm), so
+a set of keys is a policy both labkit's and PyTorch's selective checkpoints can apply.
+
+Per op: the innermost module; FLOPs by PyTorch's own formulas (``torch.utils.flop_counter``; 0 for ops it
+does not count, such as softmax or GELU); the bytes of its distinct input and output storages (the fewest
+bytes it must read and write); the bytes of the new storages it creates (what keeping its output costs;
+0 for a view or an in-place op); and, with ``time=True``, the median seconds of replaying the op alone on
+copies of its arguments (labkit.timing's rules).
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+from torch.utils.checkpoint import SAC_IGNORED_OPS
+from torch.utils.flop_counter import flop_registry
+
+from labkit.tensors import check_callable, op_name, tensor_storages
+from labkit.timing import benchmark
+
+__all__ = ["OpRecord", "trace", "op_key"]
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op call of a traced forward."""
+
+    key: str  # "addmm#2": the op and how many calls of it came before, in this forward
+    op: str  # "addmm"
+    module: str  # innermost module fqn ("" outside any, or when no model was given)
+    flops: int  # FLOPs by torch.utils.flop_counter's formulas; 0 for ops it does not count
+    bytes_moved: int  # bytes of the distinct storages it reads and writes: its inputs and its outputs
+    output_bytes: int  # bytes of the new storages it creates: what keeping its output costs (0: view, in-place)
+    elements: int  # elements of its tensor outputs
+    is_view: bool  # its outputs alias an input (view, transpose, split, ...)
+    in_place: bool  # it writes into an argument (add_, relu_, ...)
+    random: bool  # it draws from a random generator (dropout, bernoulli, ...)
+    seconds: float | None  # median seconds of replaying it alone; None when not timed
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte moved (0 when it moves no bytes)."""
+        return self.flops / self.bytes_moved if self.bytes_moved else 0.0
+
+
+def op_key(name: str, count: int) -> str:
+    """The key of the `count`-th (from 0) call of op `name` in a forward: "addmm#2"."""
+    return f"{name}#{count}"
+
+
+def is_random(func: Any) -> bool:
+    """True for ops that draw from a generator (tagged nondeterministic_seeded by PyTorch)."""
+    return torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+
+
+def _nbytes(storages: list[torch.UntypedStorage]) -> int:
+    return sum(st.nbytes() for st in storages)
+
+
+def _clone(value: Any) -> Any:
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+class _Tracer(TorchDispatchMode):
+    def __init__(self, modules: list[str], keep_args: bool) -> None:
+        super().__init__()
+        self.modules = modules
+        self.keep_args = keep_args
+        self.calls: list[tuple[Any, Any, Any, dict[str, Any]]] = []  # (func, record fields, args, kwargs)
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func in SAC_IGNORED_OPS:
+            return func(*args, **kwargs)
+        copies = (tree_map(_clone, args), tree_map(_clone, kwargs)) if self.keep_args else ((), {})
+        inputs = tensor_storages(args, kwargs)
+        out = func(*args, **kwargs)
+        outs = tensor_storages(out)
+        in_ids = {id(st) for st in inputs}
+        fresh = [st for st in outs if id(st) not in in_ids]
+        name = op_name(func)
+        schema = getattr(func, "_schema", None)
+        aliases = schema is not None and any(r.alias_info is not None for r in schema.returns)
+        in_place = schema is not None and schema.is_mutable
+        counter = flop_registry.get(getattr(func, "overloadpacket", None))
+        flops = int(counter(*args, **kwargs, out_val=out)) if counter is not None else 0
+        elements = sum(t.numel() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+        count = self.counts.get(name, 0)
+        self.counts[name] = count + 1
+        fields = dict(key=op_key(name, count), op=name, module=self.modules[-1] if self.modules else "",
+                      flops=flops, bytes_moved=_nbytes(inputs) + _nbytes(fresh), output_bytes=_nbytes(fresh),
+                      elements=elements, is_view=aliases and not in_place, in_place=in_place, random=is_random(func))
+        self.calls.append((func, fields, *copies))
+        return out
+
+
+def _pop(modules: list[str]) -> None:
+    # a forward hook that returns a value replaces the module's output: return None
+    modules.pop()
+
+
+@contextlib.contextmanager
+def _module_stack(model: nn.Module | None, modules: list[str]):
+    handles = []
+    if model is not None:
+        for fqn, mod in model.named_modules():
+            handles.append(mod.register_forward_pre_hook(lambda m, a, fqn=fqn: modules.append(fqn)))
+            handles.append(mod.register_forward_hook(lambda m, a, o: _pop(modules)))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def trace(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None, time: bool = True,
+          repeats: int = 5, **kwargs: Any) -> list[OpRecord]:
+    """Run fn(*args, **kwargs) once and return its op calls in order (see the module doc).
+
+    model: attribute each op to its innermost submodule (fqn relative to `model`). time: replay each op
+    `repeats` times on copies of its arguments and record the median seconds (a view's replay times the
+    view, which costs no bytes). The RNG is restored afterwards, so tracing does not change what runs next.
+    """
+    check_callable(fn, "trace")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"trace: repeats={repeats!r} must be an int >= 1")
+    modules: list[str] = []
+    tracer = _Tracer(modules, keep_args=time)
+    devices = sorted({t.device.index or 0 for t in torch.utils._pytree.tree_leaves((args, kwargs))
+                      if isinstance(t, torch.Tensor) and t.is_cuda})
+    device = torch.device("cuda", devices[0]) if devices else torch.device("cpu")
+    with torch.random.fork_rng(devices=devices), _module_stack(model, modules):
+        with tracer:
+            fn(*args, **kwargs)
+        records = []
+        for func, fields, a, kw in tracer.calls:
+            seconds = (benchmark(lambda: func(*a, **kw), repeats=repeats, warmup=1, device=device).median
+                       if time else None)
+            records.append(OpRecord(**fields, seconds=seconds))
+    return records
