@@ -1,8 +1,31 @@
-"""Labs 04's benchmark: selective checkpointing policies on a long-sequence GPT stack."""
+"""Lab 04's benchmark: selective checkpointing policies on a long-sequence GPT stack.
+
+A policy is what each block keeps: nothing checkpointed ("none"), or a set of op keys (labkit.ops) whose
+outputs a selective checkpoint keeps while the rest of the block is recomputed, or Megatron's own form, a
+plain checkpoint around one submodule (core attention). Each is run twice: with a from-scratch selective
+checkpoint (lab 04's) and with PyTorch's (torch.utils.checkpoint with create_selective_checkpoint_contexts);
+the meter gives the bytes each keeps after forward, and alternating runs the step time against "none".
+"""
 from __future__ import annotations
 
-from labkit.models import GPTConfig
+import contextlib
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+from labkit.meter import measure_peak
+from labkit.models import GPTConfig, GPTStack, gpt_input
+from labkit.ops import OpRecord, trace
 from labkit.profile import Sizes, sizes
+from labkit.timing import compare
+
+__all__ = ["Policy", "long_config", "long_stack", "policy_rows", "policies", "step", "recompute_seconds"]
+
+CORE = "attn.core"  # the submodule Megatron's selective recomputation recomputes
 
 
 def long_config(size: Sizes | None = None) -> GPTConfig:
@@ -10,3 +33,158 @@ def long_config(size: Sizes | None = None) -> GPTConfig:
     size = size or sizes()
     return GPTConfig(seq=size.long_seq, batch=size.long_batch, hidden=size.long_hidden, heads=size.long_heads,
                      n_layers=size.long_layers, dropout=0.1)
+
+
+def long_stack(size: Sizes | None = None) -> tuple[GPTStack, torch.Tensor]:
+    """The long-sequence stack on the profile's device, and its input (requires grad)."""
+    size = size or sizes()
+    cfg = long_config(size)
+    return GPTStack(cfg).to(size.device), gpt_input(cfg, requires_grad=True, device=size.device)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What every block of the stack keeps for backward."""
+
+    name: str
+    keep: frozenset[str] | None = None  # op keys a selective checkpoint keeps; None: see region
+    region: str | None = None  # with keep None: checkpoint only this submodule ("" the whole block), None: nothing
+
+    def __post_init__(self) -> None:
+        if self.keep is not None and self.region is not None:
+            raise ValueError(f"Policy {self.name!r}: give keep (a selective checkpoint of the block) or region "
+                             f"(a plain checkpoint of one submodule), not both")
+
+
+def recompute_seconds(ops: Sequence[OpRecord], policy: Policy) -> float:
+    """Seconds of one block's ops that `policy` runs again in backward, from the trace's replay times."""
+    if policy.keep is not None:
+        return sum(r.seconds or 0.0 for r in ops if r.key not in policy.keep)
+    if policy.region is None:
+        return 0.0
+    return sum(r.seconds or 0.0 for r in ops if r.module == policy.region or r.module.startswith(policy.region + ".")
+               or policy.region == "")
+
+
+@contextlib.contextmanager
+def _wrapped(block: nn.Module, region: str, ckpt: Callable[..., Any]) -> Iterator[None]:
+    """Run block.<region>'s forward under ckpt while inside."""
+    module = block.get_submodule(region)
+    forward = module.forward
+    module.forward = lambda *a: ckpt(forward, *a)  # an instance attribute shadows the method
+    try:
+        yield
+    finally:
+        del module.forward
+
+
+def _torch_plain(fn: Callable[..., Any], *args: Any) -> Any:
+    return torch_checkpoint(fn, *args, use_reentrant=False)
+
+
+def _block_runner(policy: Policy, api: str, selective: Callable[..., Any] | None,
+                  torch_policy: Callable[..., Any] | None, plain: Callable[..., Any] | None) -> Callable:
+    """block, y -> block's output, as `policy` and `api` ("ours" | "torch") say."""
+    if policy.keep is not None:
+        if api == "ours":
+            return lambda block, y: selective(block, y, keep=policy.keep)
+        return lambda block, y: torch_checkpoint(block, y, use_reentrant=False, context_fn=torch_policy(policy.keep))
+    if policy.region is None:
+        return lambda block, y: block(y)
+    ckpt = plain if api == "ours" else _torch_plain
+    if policy.region == "":
+        return lambda block, y: ckpt(block, y)
+
+    def run(block: nn.Module, y: torch.Tensor) -> torch.Tensor:
+        with _wrapped(block, policy.region, ckpt):
+            return block(y)
+    return run
+
+
+def step(model: GPTStack, x: torch.Tensor, run_block: Callable, backward: bool = True) -> Callable[[], Any]:
+    """One training step (or forward only) of the stack with every block run by run_block; dropout seeded."""
+    def run() -> Any:
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        torch.manual_seed(0)
+        y = x
+        for block in model.blocks:
+            y = run_block(block, y)
+        out = model.ln_f(y)
+        if not backward:
+            return out
+        out.square().mean().backward()
+        return None
+    return run
+
+
+def kept_after_forward(model: GPTStack, x: torch.Tensor, run_block: Callable) -> int:
+    """Bytes alive after forward beyond the parameters, the input and the output: what the step keeps for backward."""
+    meter = measure_peak(step(model, x, run_block, backward=False), track=(model, x))
+    return meter.live - meter.baseline - meter.result.untyped_storage().nbytes()
+
+
+def grads(model: GPTStack, x: torch.Tensor, run_block: Callable) -> list[torch.Tensor]:
+    step(model, x, run_block)()
+    return [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+
+
+def policy_rows(model: GPTStack, x: torch.Tensor, ops: Sequence[OpRecord], policies: Sequence[Policy],
+                selective: Callable[..., Any], torch_policy: Callable[..., Any], plain: Callable[..., Any],
+                repeats: int = 5, timed: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """For each policy: bytes kept (ours and PyTorch's), gradients equal to "none", predicted and measured ratios.
+
+    selective(fn, x, keep=...) and torch_policy(keep) -> context_fn are lab 04's; plain(fn, x) a checkpoint
+    (lab 02's checkpoint_hooks) for region policies. Time ratios are taken against "none" in alternating runs
+    (labkit.timing.compare) for the policies in `timed` (default all); the prediction is 1 + the blocks'
+    recompute seconds from the trace over the plain step's median.
+    """
+    none = _block_runner(Policy("none"), "ours", selective, torch_policy, plain)
+    want = grads(model, x, none)
+    rows = []
+    for policy in policies:
+        row: dict[str, Any] = {"name": policy.name}
+        for api in ("ours", "torch"):
+            runner = _block_runner(policy, api, selective, torch_policy, plain)
+            row[f"bytes_{api}"] = kept_after_forward(model, x, runner)
+            got = grads(model, x, runner)
+            row[f"grads_equal_{api}"] = all(torch.equal(a, b) for a, b in zip(want, got))
+        row["activation_bytes"] = row["bytes_ours"]
+        row["recompute_s"] = len(model.blocks) * recompute_seconds(ops, policy)
+        if timed is None or policy.name in timed:
+            runner = _block_runner(policy, "ours", selective, torch_policy, plain)
+            c = compare(step(model, x, none), step(model, x, runner), repeats=repeats, device=x.device)
+            row["step_time_ratio"] = c.ratio
+            row["predicted_step_time_ratio"] = 1 + row["recompute_s"] / c.a.median
+        rows.append(row)
+    return rows
+
+
+def standard_policies(ops: Sequence[OpRecord], greedy: Callable, knapsack: Callable,
+                      selective_keep: Callable) -> list[Policy]:
+    """none, full, Megatron's selective (as an op policy and in its own form), greedy and knapsack at its budget."""
+    sel = frozenset(selective_keep(ops))
+    budget = sum(r.output_bytes for r in ops if r.key in sel)
+    return [Policy("none"), Policy("full", keep=frozenset()), Policy("selective", keep=sel),
+            Policy("selective (checkpoint core attention)", region=CORE),
+            Policy("greedy", keep=frozenset(greedy(ops, budget))),
+            Policy("knapsack", keep=frozenset(knapsack(ops, budget)))]
+
+
+def policies(size: Sizes | None = None) -> dict[str, Any]:
+    """Every policy of lab 04 (the reference code, generated from the solution) on the profile's long stack."""
+    from labkit.reference.recompute import checkpoint_hooks
+    from labkit.reference.selective import (checkpoint_selective, greedy_keep, knapsack_keep, selective_keep,
+                                            torch_policy)
+
+    size = size or sizes()
+    model, x = long_stack(size)
+    ops = trace(model.blocks[0], x, model=model.blocks[0], repeats=size.repeats)
+    rows = policy_rows(model, x, ops, standard_policies(ops, greedy_keep, knapsack_keep, selective_keep),
+                       checkpoint_selective, torch_policy, checkpoint_hooks, repeats=size.repeats)
+    cfg = model.cfg
+    keys = ("name", "activation_bytes", "bytes_torch", "predicted_step_time_ratio", "step_time_ratio",
+            "grads_equal_ours", "grads_equal_torch")
+    return {"policies": [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in keys} for r in rows],
+            "config": {"s": cfg.seq, "b": cfg.batch, "h": cfg.hidden, "a": cfg.heads, "n_layers": cfg.n_layers,
+                       "dtype": str(cfg.dtype).replace("torch.", "")}}

@@ -1,0 +1,126 @@
+"""Exercise 4.1: checkpoint_selective, held against no checkpointing and against PyTorch's selective checkpoint."""
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from labkit.checks.base import CheckFailure, need_callable, passed
+from labkit.checks.lab04 import hints as H
+from labkit.checks.lab04.common import OpCounter, call, expect_error, grads_of, same, small_block
+from labkit.meter import measure_peak
+from labkit.ops import op_key, trace
+from labkit.reference.recompute import CheckpointError
+from labkit.tensors import op_name
+
+EX = "4.1"
+
+
+def _torch_context(keep: Collection[str]) -> Callable[[], Any]:
+    """PyTorch's selective checkpoint keeping `keep`, written here so the check does not trust the notebook's."""
+    def context_fn() -> Any:
+        counts: dict[bool, dict[str, int]] = {False: {}, True: {}}
+
+        def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+            c = counts[ctx.is_recompute]
+            name = op_name(func)
+            c[name] = c.get(name, 0) + 1
+            return CheckpointPolicy.MUST_SAVE if op_key(name, c[name] - 1) in keep else \
+                CheckpointPolicy.PREFER_RECOMPUTE
+        return create_selective_checkpoint_contexts(policy)
+    return context_fn
+
+
+def _kept(run: Callable[[torch.Tensor], torch.Tensor], block: torch.nn.Module, x: torch.Tensor) -> int:
+    """Bytes alive after run(x) beyond the block, x and the output."""
+    with torch.random.fork_rng(devices=[]):
+        meter = measure_peak(run, x, track=(block, x))
+    return meter.live - meter.baseline - meter.result.untyped_storage().nbytes()
+
+
+def _policies(block: torch.nn.Module, x: torch.Tensor) -> dict[str, frozenset[str]]:
+    ops = trace(block, x, model=block, time=False)
+    costly = [r for r in ops if r.output_bytes > 0 and not r.is_view]
+    return {"nothing": frozenset(),
+            "the matrix products": frozenset(r.key for r in costly if r.op in ("addmm", "bmm")),
+            "everything outside core attention": frozenset(r.key for r in costly if not r.module.startswith("attn.core")),
+            "every output but the random ops'": frozenset(r.key for r in costly if not r.random)}
+
+
+def _block(cs: Callable[..., Any]) -> None:
+    __tracebackhide__ = True
+    block, x = small_block()
+    want = grads_of(block, x, block)
+    for label, keep in _policies(block, x).items():
+        what = f"checkpoint_selective(block, x, keep=<{label}>) on a GPT block with dropout"
+        got = call(EX, what, H.SEL_SPEC, grads_of, block, x, lambda h: cs(block, h, keep=keep))
+        if not same(want, got):
+            raise CheckFailure(EX, f"{what}: gradients", "those of no checkpointing, bit for bit", "others",
+                               H.SEL_GRADS)
+        mine = _kept(lambda h: checkpoint(block, h, use_reentrant=False, context_fn=_torch_context(keep)), block, x)
+        theirs = call(EX, what, H.SEL_SPEC, _kept, lambda h: cs(block, h, keep=keep), block, x)
+        if theirs != mine:
+            raise CheckFailure(EX, f"{what}: bytes kept after forward", f"{mine:,} (PyTorch's, same keys)",
+                               f"{theirs:,}", H.SEL_BYTES)
+    keep = _policies(block, x)["the matrix products"]
+    for label, k in (("nothing", frozenset()), ("the matrix products", keep)):
+        counter = OpCounter()
+        out = call(EX, "forward", H.SEL_SPEC, cs, block, x, keep=k)
+        with counter:
+            out.sum().backward()
+        reran = counter.counts.get("addmm", 0)
+        expected = 0 if k else 4
+        if reran != expected:
+            raise CheckFailure(EX, f"addmm calls in backward with keep=<{label}>", expected, reran,
+                               H.SEL_SKIP if k else H.SEL_SPEC)
+        block.zero_grad(set_to_none=True)
+        x.grad = None
+
+
+def _edges(cs: Callable[..., Any]) -> None:
+    __tracebackhide__ = True
+    gen = torch.Generator().manual_seed(2)
+    w = torch.randn(6, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    a = torch.randn(3, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+
+    def inplace(h: torch.Tensor) -> torch.Tensor:
+        y = h @ w
+        y.relu_()
+        return y @ w
+
+    expect_error(EX, "keep={'mm#0'} where mm#0's output is then changed in place by relu_", CheckpointError,
+                 "changed in place", H.SEL_MUTATED, lambda: cs(inplace, a, keep={"mm#0"}).sum().backward())
+
+    def two_dropouts(h: torch.Tensor) -> torch.Tensor:
+        h = torch.native_dropout(h @ w, 0.5, True)[0]
+        return torch.native_dropout(h @ w, 0.5, True)[0]
+
+    def grad(run: Callable[[], torch.Tensor]) -> torch.Tensor:
+        w.grad = None
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(3)
+            run().sum().backward()
+        return w.grad.clone()
+
+    expect_error(EX, "keep={'native_dropout#0'} (forward) with native_dropout#1 recomputed", CheckpointError,
+                 "native_dropout#1", H.SEL_RANDOM, lambda: cs(two_dropouts, a, keep={"native_dropout#0"}))
+    both = {"native_dropout#0", "native_dropout#1"}
+    got = call(EX, "keep both dropouts", H.SEL_SPEC, grad, lambda: cs(two_dropouts, a, keep=both))
+    if not torch.equal(got, grad(lambda: two_dropouts(a))):
+        raise CheckFailure(EX, "keep both dropouts: gradients", "those of no checkpointing", "others", H.SEL_GRADS)
+    out = call(EX, "forward", H.SEL_SPEC, cs, two_dropouts, a, keep=both)
+    out.sum().backward(retain_graph=True)
+    expect_error(EX, "a second backward through the same region (retain_graph=True)", CheckpointError,
+                 "second backward", H.SEL_TWICE, lambda: out.sum().backward())
+
+
+def ex_4_1(checkpoint_selective: Callable[..., Any]) -> None:
+    """Exercise 4.1: gradients bit for bit, PyTorch's bytes, kept ops not rerun, and the refusals."""
+    __tracebackhide__ = True
+    need_callable(EX, "checkpoint_selective", checkpoint_selective)
+    _block(checkpoint_selective)
+    _edges(checkpoint_selective)
+    passed(EX, "gradients equal to no checkpointing and bytes equal to PyTorch's for four policies; kept ops "
+               "are not rerun; in-place changes, a random op after a kept one, and a second backward refused")

@@ -1,0 +1,102 @@
+"""What lab 04's checkers share: a small GPT block, made-up op profiles, and calling student code."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from labkit.checks.base import CheckFailure, Known, trap
+from labkit.models import GPTConfig, GPTStack, gpt_input
+from labkit.ops import OpRecord, op_key
+from labkit.tensors import op_name
+
+
+def small_block() -> tuple[torch.nn.Module, torch.Tensor]:
+    """A GPT block with dropout on, in float64, and an input that requires grad."""
+    cfg = GPTConfig(seq=8, batch=2, hidden=16, heads=2, n_layers=1, dropout=0.2, dtype=torch.float64, seed=4)
+    return GPTStack(cfg, final_norm=False).blocks[0], gpt_input(cfg, requires_grad=True)
+
+
+def grads_of(block: torch.nn.Module, x: torch.Tensor, run: Callable[[torch.Tensor], torch.Tensor]) -> list:
+    """Gradients of a weighted sum of run(x), with dropout seeded; .grad cleared before and after."""
+    block.zero_grad(set_to_none=True)
+    x.grad = None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        out = run(x)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)).sum().backward()
+    got = [p.grad.clone() if p.grad is not None else None for p in block.parameters()] + [x.grad.clone()]
+    block.zero_grad(set_to_none=True)
+    x.grad = None
+    return got
+
+
+def same(want: list, got: list) -> bool:
+    return len(want) == len(got) and all(g is not None and torch.equal(w, g) for w, g in zip(want, got))
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the calls of each op name that reach it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.counts[op_name(func)] = self.counts.get(op_name(func), 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def record(name: str, count: int, out: int, seconds: float, view: bool = False, random: bool = False,
+           module: str = "") -> OpRecord:
+    """A made-up OpRecord."""
+    return OpRecord(key=op_key(name, count), op=name, module=module, flops=0, bytes_moved=2 * out,
+                    output_bytes=0 if view else out, elements=out // 4, is_view=view, in_place=False,
+                    random=random, seconds=seconds)
+
+
+def profiles(n_cases: int = 30, most_items: int = 9, seed: int = 5) -> list[tuple[list[OpRecord], int]]:
+    """Made-up block profiles (views, random ops, ties) and budgets around what fits, from a fixed seed."""
+    rng = np.random.default_rng(seed)
+    names = ("addmm", "gelu", "mul", "_softmax", "add", "native_layer_norm")
+    out = []
+    for _ in range(n_cases):
+        counts: dict[str, int] = {}
+        ops = []
+        for _ in range(int(rng.integers(1, most_items + 1))):
+            kind = rng.random()
+            name = "native_dropout" if kind < 0.12 else "view" if kind < 0.25 else str(rng.choice(names))
+            c = counts.get(name, 0)
+            counts[name] = c + 1
+            ops.append(record(name, c, 64 * int(rng.integers(1, 9)), float(rng.integers(1, 9)) * 1e-3,
+                              view=name == "view", random=name == "native_dropout"))
+        total = sum(r.output_bytes for r in ops if not r.is_view and not r.random)
+        out.append((ops, int(rng.integers(0, total + 2)) if total else 0))
+    return out
+
+
+def call(ex: str, what: str, hint: str, fn: Callable[..., Any], *args: Any, known: Known = (), **kwargs: Any) -> Any:
+    """fn(*args, **kwargs); any exception of student code becomes a CheckFailure (a stub: NotAttempted)."""
+    __tracebackhide__ = True
+    with trap(ex, what, hint, known):
+        return fn(*args, **kwargs)
+
+
+def expect_error(ex: str, what: str, kind: type[Exception], words: str, hint: str, fn: Callable[..., Any]) -> None:
+    """fn() must raise `kind` with `words` in its message."""
+    __tracebackhide__ = True
+    try:
+        fn()
+    except kind as e:
+        if words not in str(e):
+            raise CheckFailure(ex, what, f"a {kind.__name__} naming {words!r}", f"{type(e).__name__}: {e}"[:200],
+                               hint) from None
+        return
+    except NotImplementedError:
+        raise
+    except Exception as e:  # the wrong kind of error
+        raise CheckFailure(ex, what, f"a {kind.__name__}", f"{type(e).__name__}: {e}"[:200], hint) from None
+    raise CheckFailure(ex, what, f"a {kind.__name__}", "no error", hint)

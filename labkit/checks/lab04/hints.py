@@ -1,0 +1,33 @@
+"""Lab 04's hints: one per mistake, each used from here (tests hold them distinct)."""
+from __future__ import annotations
+
+# ---------------------------------------------------------------- Exercise 4.1: the selective checkpoint
+SEL_SPEC = ("checkpoint_selective(fn, *args, keep=...) returns fn's output: checkpoint_hooks over a function that "
+            "runs fn under KeepOutputs the first time and under ReplayOutputs after")
+SEL_GRADS = ("gradients must equal no checkpointing bit for bit: in ReplayOutputs return the kept outputs "
+             "(tree_unflatten of the stored leaves) for kept ops and run every other op unchanged")
+SEL_BYTES = ("keep exactly the outputs of the ops in keep, one detached alias each, and count calls per op name "
+             "with next_key in both modes, so a key names the same op as in PyTorch's policy")
+SEL_SKIP = ("the recomputation must not run a kept op: return its stored outputs instead of calling func")
+SEL_MUTATED = ("store t._version with each kept tensor and compare it in ReplayOutputs: a kept output changed in "
+               "place must raise CheckpointError(MUTATED.format(...))")
+SEL_RANDOM = ("in KeepOutputs, remember the first kept random op (is_random(func)); a later random op that is "
+              "not kept must raise CheckpointError(RANDOM_ORDER.format(kept=..., later=...)) in forward")
+SEL_TWICE = ("pop each kept entry in ReplayOutputs (memory is freed as backward goes); a kept op with no entry "
+             "left is a second backward: raise CheckpointError(TWICE)")
+
+# ---------------------------------------------------------------- Exercise 4.2: greedy
+GREEDY_SPEC = "greedy_keep(ops, budget) returns a frozenset of the keys of the candidates it keeps"
+GREEDY_ORDER = ("drop candidates in order of output_bytes / seconds, largest first (ties: the earlier op first), "
+                "and stop as soon as the kept bytes fit the budget")
+GREEDY_CANDIDATES = "consider only candidates(ops): no views, no zero-byte outputs, no random ops"
+BUDGET_CHECK = "start with check_budget(budget, ...): a negative budget is a ValueError, a non-int a TypeError"
+
+# ---------------------------------------------------------------- Exercise 4.3: knapsack
+KNAP_SPEC = "knapsack_keep(ops, budget) returns a frozenset of the keys of the candidates it keeps"
+KNAP_FITS = ("the kept bytes must fit the budget: round each op's bytes UP to whole units (-(-bytes // unit)) "
+             "and use budget // unit units")
+KNAP_OPTIMAL = ("the set fits but keeps fewer seconds than the best one: for each candidate, walk u from the "
+                "capacity down to its weight, best[u] = max(best[u], best[u - w] + seconds), and read the "
+                "choices back from the last candidate")
+KNAP_CANDIDATES = "choose among candidates(ops) only: no views, no zero-byte outputs, no random ops"

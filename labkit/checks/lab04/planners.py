@@ -1,0 +1,107 @@
+"""Exercises 4.2 and 4.3: greedy and knapsack planners, against the checker's own greedy and exhaustive search."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from labkit.checks.base import CheckFailure, need_callable, passed
+from labkit.checks.lab04 import hints as H
+from labkit.checks.lab04.common import call, expect_error, profiles
+from labkit.ops import OpRecord
+
+
+def _candidates(ops: Sequence[OpRecord]) -> list[OpRecord]:
+    return [r for r in ops if r.output_bytes > 0 and not r.is_view and not r.random]
+
+
+def greedy(ops: Sequence[OpRecord], budget: int) -> frozenset[str]:
+    """The greedy of Exercise 4.2, written again here so that the check does not trust the notebook's."""
+    order = sorted(_candidates(ops), key=lambda r: -r.output_bytes / r.seconds)
+    keep, total = [r.key for r in order], sum(r.output_bytes for r in order)
+    for r in order:
+        if total <= budget:
+            break
+        keep.remove(r.key)
+        total -= r.output_bytes
+    return frozenset(keep)
+
+
+def best_seconds(ops: Sequence[OpRecord], budget: int) -> float:
+    """The most seconds any subset of the candidates keeps within `budget` bytes, by brute force."""
+    items, best = _candidates(ops), 0.0
+    for pick in itertools.product([False, True], repeat=len(items)):
+        if sum(r.output_bytes for r, p in zip(items, pick) if p) <= budget:
+            best = max(best, sum(r.seconds for r, p in zip(items, pick) if p))
+    return best
+
+
+def _label(ops: Sequence[OpRecord], budget: int) -> str:
+    shown = ", ".join(f"{r.key}{' (view)' if r.is_view else ''}: {r.output_bytes} B {r.seconds * 1e3:g} ms"
+                      for r in ops)
+    return f"[{shown}], budget={budget}"
+
+
+def _result(ex: str, what: str, got: Any, ops: Sequence[OpRecord], spec: str, only: str) -> frozenset[str]:
+    __tracebackhide__ = True
+    if not isinstance(got, (frozenset, set)) or not all(isinstance(k, str) for k in got):
+        raise CheckFailure(ex, what, "a frozenset of op keys", f"{type(got).__name__} {got!r:.80}", spec)
+    allowed = {r.key for r in _candidates(ops)}
+    if set(got) - allowed:
+        raise CheckFailure(ex, what, f"keys among the candidates {sorted(allowed)}", sorted(got), only)
+    return frozenset(got)
+
+
+def _bad_budgets(ex: str, fn: Callable[..., Any], ops: Sequence[OpRecord]) -> None:
+    __tracebackhide__ = True
+    expect_error(ex, f"budget=-1", ValueError, "-1", H.BUDGET_CHECK, lambda: fn(ops, -1))
+    expect_error(ex, f"budget=1.5", TypeError, "1.5", H.BUDGET_CHECK, lambda: fn(ops, 1.5))
+
+
+def ex_4_2(greedy_keep: Callable[..., Any]) -> None:
+    """Exercise 4.2: greedy_keep keeps what the checker's greedy keeps, on made-up profiles."""
+    __tracebackhide__ = True
+    need_callable("4.2", "greedy_keep", greedy_keep)
+    cases = profiles()
+    for ops, budget in cases:
+        what = f"greedy_keep({_label(ops, budget)})"
+        got = _result("4.2", what, call("4.2", what, H.GREEDY_SPEC, greedy_keep, ops, budget), ops, H.GREEDY_SPEC,
+                      H.GREEDY_CANDIDATES)
+        want = greedy(ops, budget)
+        if got != want:
+            raise CheckFailure("4.2", what, sorted(want), sorted(got), H.GREEDY_ORDER)
+    _bad_budgets("4.2", greedy_keep, cases[0][0])
+    passed("4.2", f"greedy_keep keeps what greedy by bytes per second keeps on {len(cases)} profiles; bad budgets "
+                  "refused")
+
+
+def ex_4_3(knapsack_keep: Callable[..., Any]) -> None:
+    """Exercise 4.3: knapsack_keep fits the budget and keeps the most seconds, as exhaustive search finds."""
+    __tracebackhide__ = True
+    need_callable("4.3", "knapsack_keep", knapsack_keep)
+    cases = profiles(seed=6)
+    for ops, budget in cases:
+        what = f"knapsack_keep({_label(ops, budget)})"
+        got = _result("4.3", what, call("4.3", what, H.KNAP_SPEC, knapsack_keep, ops, budget), ops, H.KNAP_SPEC,
+                      H.KNAP_CANDIDATES)
+        used = sum(r.output_bytes for r in ops if r.key in got)
+        if used > budget:
+            raise CheckFailure("4.3", f"{what}: bytes kept", f"at most {budget}", used, H.KNAP_FITS)
+        kept, best = sum(r.seconds for r in ops if r.key in got), best_seconds(ops, budget)
+        if kept < best - 1e-12:
+            raise CheckFailure("4.3", f"{what}: seconds kept", f"{best * 1e3:g} ms", f"{kept * 1e3:g} ms",
+                               H.KNAP_OPTIMAL)
+    # a budget far above `most` units: bytes rounded up must still fit
+    big = [replace(r, output_bytes=r.output_bytes * 1009 + 7 if r.output_bytes else 0)
+           for r in profiles(1, 9, seed=8)[0][0]]
+    budget = sum(r.output_bytes for r in _candidates(big)) // 2
+    what = f"knapsack_keep(ops, budget={budget}, most=16): units of {-(-budget // 16)} bytes"
+    got = _result("4.3", what, call("4.3", what, H.KNAP_SPEC, knapsack_keep, big, budget, most=16), big,
+                  H.KNAP_SPEC, H.KNAP_CANDIDATES)
+    used = sum(r.output_bytes for r in big if r.key in got)
+    if used > budget:
+        raise CheckFailure("4.3", f"{what}: bytes kept", f"at most {budget}", used, H.KNAP_FITS)
+    _bad_budgets("4.3", knapsack_keep, cases[0][0])
+    passed("4.3", f"knapsack_keep fits the budget and keeps the most seconds on {len(cases)} profiles, as "
+                  "exhaustive search finds; rounding to units keeps it within budget")
