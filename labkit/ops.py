@@ -46,6 +46,7 @@ class OpRecord:
     is_view: bool  # its outputs alias an input (view, transpose, split, ...)
     in_place: bool  # it writes into an argument (add_, relu_, ...)
     random: bool  # it draws from a random generator (dropout, bernoulli, ...)
+    is_output: bool  # it made (a storage of) the traced function's output, which its caller keeps anyway
     seconds: float | None  # median seconds of replaying it alone; None when not timed
 
     @property
@@ -79,6 +80,7 @@ class _Tracer(TorchDispatchMode):
         self.keep_args = keep_args
         self.calls: list[tuple[Any, Any, Any, dict[str, Any]]] = []  # (func, record fields, args, kwargs)
         self.counts: dict[str, int] = {}
+        self.alive: list[torch.UntypedStorage] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -101,7 +103,9 @@ class _Tracer(TorchDispatchMode):
         self.counts[name] = count + 1
         fields = dict(key=op_key(name, count), op=name, module=self.modules[-1] if self.modules else "",
                       flops=flops, bytes_moved=_nbytes(inputs) + _nbytes(fresh), output_bytes=_nbytes(fresh),
-                      elements=elements, is_view=aliases and not in_place, in_place=in_place, random=is_random(func))
+                      elements=elements, is_view=aliases and not in_place, in_place=in_place, random=is_random(func),
+                      _fresh={st._cdata for st in fresh})
+        self.alive.extend(fresh)  # held until the trace ends, so no later storage reuses their addresses
         self.calls.append((func, fields, *copies))
         return out
 
@@ -125,6 +129,13 @@ def _module_stack(model: nn.Module | None, modules: list[str]):
             h.remove()
 
 
+def _mark_outputs(calls: list, result: Any) -> None:
+    """Set is_output on the calls whose fresh storages hold the traced function's result."""
+    wanted = {st._cdata for st in tensor_storages(result)}
+    for _, fields, *_ in calls:
+        fields["is_output"] = bool(wanted & fields.pop("_fresh"))
+
+
 def trace(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None, time: bool = True,
           repeats: int = 5, **kwargs: Any) -> list[OpRecord]:
     """Run fn(*args, **kwargs) once and return its op calls in order (see the module doc).
@@ -143,7 +154,9 @@ def trace(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None, ti
     device = torch.device("cuda", devices[0]) if devices else torch.device("cpu")
     with torch.random.fork_rng(devices=devices), _module_stack(model, modules):
         with tracer:
-            fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        _mark_outputs(tracer.calls, result)
+        tracer.alive.clear()
         records = []
         for func, fields, a, kw in tracer.calls:
             seconds = (benchmark(lambda: func(*a, **kw), repeats=repeats, warmup=1, device=device).median

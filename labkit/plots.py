@@ -226,3 +226,46 @@ def segments_figure(n_layers: int, segments: int, model: Callable[..., int], inp
     bars.set_xlabel("layer (▼ the input each segment keeps; each segment recomputed in backward)", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- lab 05
+def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "one block on the roofline") -> Figure:
+    """Each op that moves data at its measured FLOP/s against FLOPs per byte, under the measured roofs.
+
+    `ceilings` from labkit.roofline.measure_ceilings, `records` from labkit.ops.trace (timed); `specs` are
+    labkit.roofline.GPUSpec whose spec-sheet roofs are drawn dashed (predictions, not measurements).
+    """
+    from labkit import roofline as rl  # imported here: the module has this function's name
+
+    ops = [r for r in records if rl.moves_data(r)]
+    if not ops:
+        raise ValueError("roofline: no op that moves data among the records; pass labkit.ops.trace(...)'s output")
+    xs = [rl.intensity(r) for r in ops]
+    ys = [rl.achieved(r) for r in ops]
+    ridges = [ceilings.ridge] + [s.peak_flops / s.peak_bandwidth for s in specs]
+    lo, hi = min(xs + ridges) / 4, max(xs + ridges) * 4
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    fig, (ax,) = _new(height=4.6)
+    ax.plot(grid, [min(ceilings.peak_flops, ceilings.peak_bandwidth * x) for x in grid], color="black",
+            label=f"measured: {ceilings.peak_bandwidth / 1e9:.3g} GB/s, {ceilings.peak_flops / 1e9:.3g} GFLOP/s")
+    random = [r for r in ops if r.random]
+    if ceilings.random_rate and random:
+        per_draw = rl.flops(random[0]) / rl.random_draws(random[0])
+        ax.axhline(ceilings.random_rate * per_draw, color=PHASE_COLOURS["backward"], linestyle=":",
+                   label=f"measured random roof: {ceilings.random_rate / 1e6:.3g} M draws/s ({per_draw:g} FLOP/draw)")
+    for spec in specs:
+        ax.plot(grid, [min(spec.peak_flops, spec.peak_bandwidth * x) for x in grid], "--", linewidth=1,
+                label=f"spec sheet: {spec.name} (16-bit)")
+    colours = {"compute": PHASE_COLOURS["forward"], "memory": PHASE_COLOURS["recompute"],
+               "random": PHASE_COLOURS["backward"]}
+    for r, x, y in zip(ops, xs, ys):
+        ax.plot([x], [y], "o", color=colours[rl.bound(r, ceilings)], markersize=5)
+        ax.annotate(r.key, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity, FLOPs per byte (elementwise FLOPs estimated)")
+    ax.set_ylabel("FLOP/s (points: measured)")
+    ax.set_title(title + " (blue: compute-, green: memory-, orange: random-bound)", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig

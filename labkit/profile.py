@@ -46,7 +46,7 @@ _SIZES = {
     "cpu": Sizes("cpu", "cpu", mlp_layers=16, mlp_width=256, mlp_batch=256,
                  seq=128, batch=4, hidden=128, heads=4, gpt_layers=4, repeats=7,
                  chain_width=512, chain_batch=256, chain_layers=(16, 64),
-                 long_seq=512, long_batch=2, long_hidden=64, long_heads=4, long_layers=2),
+                 long_seq=1024, long_batch=1, long_hidden=128, long_heads=2, long_layers=2),
     "gpu": Sizes("gpu", "cuda", mlp_layers=32, mlp_width=2048, mlp_batch=4096,
                  seq=2048, batch=4, hidden=1024, heads=16, gpt_layers=8, repeats=20,
                  chain_width=2048, chain_batch=2048, chain_layers=(16, 64, 256),

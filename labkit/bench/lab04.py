@@ -23,7 +23,8 @@ from labkit.ops import OpRecord, trace
 from labkit.profile import Sizes, sizes
 from labkit.timing import compare
 
-__all__ = ["Policy", "long_config", "long_stack", "policy_rows", "policies", "step", "recompute_seconds"]
+__all__ = ["Policy", "long_config", "long_stack", "policy_rows", "policies", "step", "recompute_seconds",
+           "kept_after_forward", "saved_after_forward", "compiled_runner", "head_to_head", "standard_policies"]
 
 CORE = "attn.core"  # the submodule Megatron's selective recomputation recomputes
 
@@ -120,8 +121,49 @@ def step(model: GPTStack, x: torch.Tensor, run_block: Callable, backward: bool =
 
 def kept_after_forward(model: GPTStack, x: torch.Tensor, run_block: Callable) -> int:
     """Bytes alive after forward beyond the parameters, the input and the output: what the step keeps for backward."""
+    model.zero_grad(set_to_none=True)  # gradients of an earlier step would be freed inside the measurement
+    x.grad = None
     meter = measure_peak(step(model, x, run_block, backward=False), track=(model, x))
     return meter.live - meter.baseline - meter.result.untyped_storage().nbytes()
+
+
+def saved_after_forward(model: GPTStack, x: torch.Tensor, run_block: Callable) -> int:
+    """Bytes of the distinct storages autograd saved in forward, beyond parameters, buffers and the input.
+
+    A pack hook sees what compiled code saves, where the meter's dispatch mode would make torch.compile fall
+    back to eager; for a plain step it equals kept_after_forward.
+    """
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step(model, x, run_block, backward=False)()
+    skip = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), x]}
+    return sum(n for ptr, n in seen.items() if ptr not in skip)
+
+
+def compiled_runner(model: GPTStack, budget: float) -> Callable:
+    """block, y -> block(y) compiled with torch.compile's partitioner under activation_memory_budget=budget.
+
+    The backend aot_eager_decomp_partition runs AOTAutograd's min-cut partitioner, which is where the budget
+    acts, and then eager kernels: no Inductor fusion, so its time compares like for like with eager policies
+    (and it compiles in seconds, not the half minute Inductor takes on a small CPU).
+    """
+    import torch._functorch.config as functorch_config
+
+    if not isinstance(budget, (int, float)) or not 0 <= budget <= 1:
+        raise ValueError(f"compiled_runner: budget={budget!r} must be a number from 0 to 1")
+    compiled = {id(b): torch.compile(b, backend="aot_eager_decomp_partition") for b in model.blocks}
+
+    def run(block: nn.Module, y: torch.Tensor) -> torch.Tensor:
+        with functorch_config.patch(activation_memory_budget=budget):  # read when the graph is partitioned
+            return compiled[id(block)](y)
+    return run
 
 
 def grads(model: GPTStack, x: torch.Tensor, run_block: Callable) -> list[torch.Tensor]:
@@ -151,7 +193,9 @@ def policy_rows(model: GPTStack, x: torch.Tensor, ops: Sequence[OpRecord], polic
             row[f"grads_equal_{api}"] = all(torch.equal(a, b) for a, b in zip(want, got))
         row["activation_bytes"] = row["bytes_ours"]
         row["recompute_s"] = len(model.blocks) * recompute_seconds(ops, policy)
-        if timed is None or policy.name in timed:
+        if policy.keep is None and policy.region is None:  # "none" is the reference: 1 by definition
+            row["step_time_ratio"] = row["predicted_step_time_ratio"] = 1.0
+        elif timed is None or policy.name in timed:
             runner = _block_runner(policy, "ours", selective, torch_policy, plain)
             c = compare(step(model, x, none), step(model, x, runner), repeats=repeats, device=x.device)
             row["step_time_ratio"] = c.ratio
@@ -160,11 +204,21 @@ def policy_rows(model: GPTStack, x: torch.Tensor, ops: Sequence[OpRecord], polic
     return rows
 
 
-def standard_policies(ops: Sequence[OpRecord], greedy: Callable, knapsack: Callable,
-                      selective_keep: Callable) -> list[Policy]:
-    """none, full, Megatron's selective (as an op policy and in its own form), greedy and knapsack at its budget."""
+def head_to_head(model: GPTStack, x: torch.Tensor, a: Policy, b: Policy, selective: Callable[..., Any],
+                 torch_policy: Callable[..., Any], plain: Callable[..., Any], repeats: int = 5) -> float:
+    """Median step time of policy b over policy a, in alternating runs (both with the from-scratch checkpoint)."""
+    run_a, run_b = (_block_runner(p, "ours", selective, torch_policy, plain) for p in (a, b))
+    return compare(step(model, x, run_a), step(model, x, run_b), repeats=repeats, device=x.device).ratio
+
+
+def standard_policies(ops: Sequence[OpRecord], greedy: Callable, knapsack: Callable, selective_keep: Callable,
+                      kept_bytes: Callable) -> list[Policy]:
+    """none, full, Megatron's selective (as an op policy and in its own form), greedy and knapsack at its budget.
+
+    greedy(ops, budget), knapsack(ops, budget), selective_keep(ops) and kept_bytes(ops, keep) are lab 04's.
+    """
     sel = frozenset(selective_keep(ops))
-    budget = sum(r.output_bytes for r in ops if r.key in sel)
+    budget = kept_bytes(ops, sel)
     return [Policy("none"), Policy("full", keep=frozenset()), Policy("selective", keep=sel),
             Policy("selective (checkpoint core attention)", region=CORE),
             Policy("greedy", keep=frozenset(greedy(ops, budget))),
@@ -174,17 +228,26 @@ def standard_policies(ops: Sequence[OpRecord], greedy: Callable, knapsack: Calla
 def policies(size: Sizes | None = None) -> dict[str, Any]:
     """Every policy of lab 04 (the reference code, generated from the solution) on the profile's long stack."""
     from labkit.reference.recompute import checkpoint_hooks
-    from labkit.reference.selective import (checkpoint_selective, greedy_keep, knapsack_keep, selective_keep,
-                                            torch_policy)
+    from labkit.reference.selective import (checkpoint_selective, greedy_keep, kept_bytes, knapsack_keep,
+                                            selective_keep, torch_policy)
 
     size = size or sizes()
     model, x = long_stack(size)
     ops = trace(model.blocks[0], x, model=model.blocks[0], repeats=size.repeats)
-    rows = policy_rows(model, x, ops, standard_policies(ops, greedy_keep, knapsack_keep, selective_keep),
-                       checkpoint_selective, torch_policy, checkpoint_hooks, repeats=size.repeats)
+    chosen = standard_policies(ops, greedy_keep, knapsack_keep, selective_keep, kept_bytes)
+    rows = policy_rows(model, x, ops, chosen, checkpoint_selective, torch_policy, checkpoint_hooks,
+                       repeats=size.repeats)
+    by_name = {p.name: p for p in chosen}
+    versus = head_to_head(model, x, by_name["selective"], by_name["knapsack"], checkpoint_selective, torch_policy,
+                          checkpoint_hooks, repeats=size.repeats)
     cfg = model.cfg
     keys = ("name", "activation_bytes", "bytes_torch", "predicted_step_time_ratio", "step_time_ratio",
             "grads_equal_ours", "grads_equal_torch")
+    none, sel = rows[0]["activation_bytes"], next(r for r in rows if r["name"] == "selective")["activation_bytes"]
     return {"policies": [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in keys} for r in rows],
+            "selective_bytes_cut": round(none / sel, 4),
+            "knapsack_vs_selective_time_ratio": round(versus, 4),
+            "worst_prediction_error": round(max(abs(r["predicted_step_time_ratio"] / r["step_time_ratio"] - 1)
+                                                for r in rows), 4),
             "config": {"s": cfg.seq, "b": cfg.batch, "h": cfg.hidden, "a": cfg.heads, "n_layers": cfg.n_layers,
                        "dtype": str(cfg.dtype).replace("torch.", "")}}

@@ -123,14 +123,25 @@ def torch_policy(keep: Collection[str]) -> Callable[[], Any]:
 
 
 # Given, section "Policies, and a budget"  (solutions/04_selective.ipynb, cell c012)
+def keep_bytes(r: OpRecord) -> int:
+    """What keeping r's output adds: its bytes, or 0 for the block's output (the next block keeps it anyway)."""
+    return 0 if r.is_output else r.output_bytes
+
+
 def candidates(ops: Sequence[OpRecord]) -> list[OpRecord]:
-    """The ops a planner may keep: an output that costs bytes, and no random draw."""
-    return [r for r in ops if r.output_bytes > 0 and not r.is_view and not r.random]
+    """The ops a planner may keep: those with an output of their own (views and in-place ops have none)."""
+    return [r for r in ops if r.output_bytes > 0 and not r.is_view]
+
+
+def random_ok(ops: Sequence[OpRecord], keep: Collection[str]) -> bool:
+    """True when every recomputed random op comes before every kept one (Exercise 4.1's rule)."""
+    kinds = [r.key in keep for r in ops if r.random]
+    return kinds == sorted(kinds)  # False (recomputed) first, then True (kept)
 
 
 def kept_bytes(ops: Sequence[OpRecord], keep: Collection[str]) -> int:
-    """Bytes of the outputs a block keeps under `keep` (its input not included)."""
-    return sum(r.output_bytes for r in ops if r.key in keep)
+    """Bytes a block keeps under `keep` besides its input."""
+    return sum(keep_bytes(r) for r in ops if r.key in keep)
 
 
 def recompute_cost(ops: Sequence[OpRecord], keep: Collection[str]) -> float:
@@ -139,13 +150,12 @@ def recompute_cost(ops: Sequence[OpRecord], keep: Collection[str]) -> float:
 
 
 def selective_keep(ops: Sequence[OpRecord], core: str = "attn.core") -> frozenset[str]:
-    """Megatron's selective recomputation as a policy: keep every output that costs bytes outside `core`.
+    """Megatron's selective recomputation as a policy: keep every candidate outside `core`.
 
     The residual dropouts are kept and attention's dropout, inside core, is recomputed: it comes first in
-    the block, so the recomputation draws it from the restored RNG before any kept draw is skipped.
+    the block, so random_ok holds.
     """
-    return frozenset(r.key for r in ops if r.output_bytes > 0 and not r.is_view
-                     and not (r.module == core or r.module.startswith(core + ".")))
+    return frozenset(r.key for r in candidates(ops) if not (r.module == core or r.module.startswith(core + ".")))
 
 
 def check_budget(budget: object, who: str) -> int:
@@ -161,13 +171,14 @@ def check_budget(budget: object, who: str) -> int:
 def greedy_keep(ops: Sequence[OpRecord], budget: int) -> frozenset[str]:
     """Keep the candidates, dropping the most bytes per second of recompute first, until they fit `budget`."""
     budget = check_budget(budget, "greedy_keep")
-    order = sorted(candidates(ops), key=lambda r: -r.output_bytes / max(r.seconds, 1e-12))  # stable: ties in order
-    keep, total = {r.key for r in order}, sum(r.output_bytes for r in order)
-    for r in order:
-        if total <= budget:
+    items = candidates(ops)
+    keep = {r.key for r in items}
+    for r in sorted(items, key=lambda r: -keep_bytes(r) / max(r.seconds, 1e-12)):  # stable: ties in order
+        if kept_bytes(ops, keep) <= budget:
             break
         keep.discard(r.key)
-        total -= r.output_bytes
+        if r.random:  # recomputed random ops must come first
+            keep -= {q.key for q in items[:items.index(r)] if q.random}
     return frozenset(keep)
 
 
@@ -175,17 +186,14 @@ def greedy_keep(ops: Sequence[OpRecord], budget: int) -> frozenset[str]:
 import math
 
 
-def knapsack_keep(ops: Sequence[OpRecord], budget: int, most: int = 4096) -> frozenset[str]:
-    """The candidates whose kept seconds are greatest with their bytes within `budget` (0/1 knapsack)."""
-    budget = check_budget(budget, "knapsack_keep")
-    items = candidates(ops)
-    if not items or budget == 0:
-        return frozenset()
-    unit = math.gcd(*(r.output_bytes for r in items))
+def fill(items: Sequence[OpRecord], budget: int, most: int) -> tuple[float, set[str]]:
+    """The most seconds a subset of `items` keeps with keep_bytes within `budget`, and that subset."""
+    weights = [keep_bytes(r) for r in items]
+    unit = math.gcd(*weights) or 1
     if budget // unit > most:
         unit = -(-budget // most)
     cap = budget // unit
-    weight = [-(-r.output_bytes // unit) for r in items]
+    weight = [-(-w // unit) for w in weights]
     best = [0.0] * (cap + 1)
     took = [[False] * (cap + 1) for _ in items]
     for i, r in enumerate(items):
@@ -197,4 +205,23 @@ def knapsack_keep(ops: Sequence[OpRecord], budget: int, most: int = 4096) -> fro
         if took[i][u]:
             keep.add(items[i].key)
             u -= weight[i]
-    return frozenset(keep)
+    return best[cap], keep
+
+
+def knapsack_keep(ops: Sequence[OpRecord], budget: int, most: int = 4096) -> frozenset[str]:
+    """The candidates whose kept seconds are greatest with their bytes within `budget` and random_ok."""
+    budget = check_budget(budget, "knapsack_keep")
+    items = candidates(ops)
+    rand = [r for r in items if r.random]
+    rest = [r for r in items if not r.random]
+    best: tuple[float, set[str]] = (-1.0, set())
+    for first in range(len(rand) + 1):  # keep rand[first:], recompute rand[:first]
+        suffix = rand[first:]
+        left = budget - sum(keep_bytes(r) for r in suffix)
+        if left < 0:
+            continue
+        seconds, keep = fill(rest, left, most)
+        seconds += sum(r.seconds for r in suffix)
+        if seconds > best[0]:
+            best = (seconds, keep | {r.key for r in suffix})
+    return frozenset(best[1])

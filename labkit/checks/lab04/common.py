@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -51,11 +52,11 @@ class OpCounter(TorchDispatchMode):
 
 
 def record(name: str, count: int, out: int, seconds: float, view: bool = False, random: bool = False,
-           module: str = "") -> OpRecord:
+           module: str = "", is_output: bool = False) -> OpRecord:
     """A made-up OpRecord."""
     return OpRecord(key=op_key(name, count), op=name, module=module, flops=0, bytes_moved=2 * out,
                     output_bytes=0 if view else out, elements=out // 4, is_view=view, in_place=False,
-                    random=random, seconds=seconds)
+                    random=random, is_output=is_output, seconds=seconds)
 
 
 def profiles(n_cases: int = 30, most_items: int = 9, seed: int = 5) -> list[tuple[list[OpRecord], int]]:
@@ -68,12 +69,14 @@ def profiles(n_cases: int = 30, most_items: int = 9, seed: int = 5) -> list[tupl
         ops = []
         for _ in range(int(rng.integers(1, most_items + 1))):
             kind = rng.random()
-            name = "native_dropout" if kind < 0.12 else "view" if kind < 0.25 else str(rng.choice(names))
+            name = "native_dropout" if kind < 0.2 else "view" if kind < 0.3 else str(rng.choice(names))
             c = counts.get(name, 0)
             counts[name] = c + 1
             ops.append(record(name, c, 64 * int(rng.integers(1, 9)), float(rng.integers(1, 9)) * 1e-3,
                               view=name == "view", random=name == "native_dropout"))
-        total = sum(r.output_bytes for r in ops if not r.is_view and not r.random)
+        if ops[-1].output_bytes and rng.random() < 0.5:  # the region's output: free to keep
+            ops[-1] = replace(ops[-1], is_output=True)
+        total = sum(r.output_bytes for r in ops if not r.is_view and not r.is_output)
         out.append((ops, int(rng.integers(0, total + 2)) if total else 0))
     return out
 

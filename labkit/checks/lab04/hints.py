@@ -18,16 +18,20 @@ SEL_TWICE = ("pop each kept entry in ReplayOutputs (memory is freed as backward 
 
 # ---------------------------------------------------------------- Exercise 4.2: greedy
 GREEDY_SPEC = "greedy_keep(ops, budget) returns a frozenset of the keys of the candidates it keeps"
-GREEDY_ORDER = ("drop candidates in order of output_bytes / seconds, largest first (ties: the earlier op first), "
-                "and stop as soon as the kept bytes fit the budget")
-GREEDY_CANDIDATES = "consider only candidates(ops): no views, no zero-byte outputs, no random ops"
+GREEDY_ORDER = ("drop candidates in order of keep_bytes(r) / r.seconds, largest first (ties: the earlier op first), "
+                "and stop as soon as kept_bytes fits the budget")
+GREEDY_RANDOM = ("when you drop a random op, drop every random op before it too: recomputed random ops must come "
+                 "before kept ones (random_ok)")
+GREEDY_CANDIDATES = "consider only candidates(ops): no views, no ops without an output of their own"
 BUDGET_CHECK = "start with check_budget(budget, ...): a negative budget is a ValueError, a non-int a TypeError"
 
 # ---------------------------------------------------------------- Exercise 4.3: knapsack
 KNAP_SPEC = "knapsack_keep(ops, budget) returns a frozenset of the keys of the candidates it keeps"
-KNAP_FITS = ("the kept bytes must fit the budget: round each op's bytes UP to whole units (-(-bytes // unit)) "
+KNAP_FITS = ("kept_bytes must fit the budget (keep_bytes: the block's output is free): round each op's bytes UP to whole units (-(-bytes // unit)) "
              "and use budget // unit units")
 KNAP_OPTIMAL = ("the set fits but keeps fewer seconds than the best one: for each candidate, walk u from the "
                 "capacity down to its weight, best[u] = max(best[u], best[u - w] + seconds), and read the "
                 "choices back from the last candidate")
-KNAP_CANDIDATES = "choose among candidates(ops) only: no views, no zero-byte outputs, no random ops"
+KNAP_RANDOM = ("the kept random ops must be a suffix of them (random_ok): try each suffix, charge it to the "
+               "budget, and fill the rest with the other candidates")
+KNAP_CANDIDATES = "choose among candidates(ops) only: no views, no ops without an output of their own"

@@ -1,0 +1,278 @@
+"""Roofline: each op of a trace (labkit.ops) against the ceilings of the machine it ran on.
+
+An op cannot run faster than its slowest resource allows. The rules this file applies:
+
+Rule 1. Measured ceilings bound an op's time. Compute: its FLOPs over the peak matmul FLOP/s or, for an op
+   that applies a transcendental per element (exp in softmax, erf in GELU), their count over the measured
+   exp rate, whichever is longer (a CPU evaluates exp as a polynomial on its vector units, far below the
+   matmul peak; a GPU has special-function units of their own). Memory: its bytes over the bandwidth.
+   Random: for an op that draws random numbers, its draws over the generator's rate. The predicted time is
+   the largest of the three, and the op is "compute", "memory" or "random" bound after it.
+Rule 2. Every number is measured here or cited: the ceilings by ``measure_ceilings``, the spec sheets in
+   ``GPU_SPECS`` with their source. The one exception is FLOPs of elementwise ops, which PyTorch's counter
+   prices at 0: ``ELEMENTWISE_FLOPS`` gives them explicit per-element estimates (they place an op on the
+   intensity axis; on every machine here they are far from the compute roof, so they barely move a prediction).
+Rule 3. A spec sheet predicts, it never measures: ``spec_predictions`` names its output so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from labkit.ops import OpRecord
+from labkit.profile import Sizes, sizes
+from labkit.timing import benchmark
+
+__all__ = ["Ceilings", "GPUSpec", "GPU_SPECS", "ELEMENTWISE_FLOPS", "RooflineError", "achieved", "bound",
+           "flops", "measure_ceilings", "measure_host_bandwidth", "moves_data", "offload_seconds",
+           "predict_seconds", "random_draws", "spec_predictions", "terms", "TRANSCENDENTALS_PER_ELEMENT"]
+
+
+class RooflineError(ValueError):
+    """A value the roofline cannot use; the message names it and says what to pass instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"roofline: {message}")
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """What a machine can do at most, per second (see Rule 1)."""
+
+    device: str  # "cpu", "cuda:0", or a spec sheet's GPU name
+    dtype: torch.dtype  # the dtype the ceilings hold for
+    peak_flops: float  # FLOP/s of a large square matmul
+    peak_bandwidth: float  # bytes/s read plus written by a large copy
+    random_rate: float | None  # random draws/s of native_dropout; None: not a limit (spec sheets)
+    special_rate: float | None = None  # exp evaluations/s on an in-cache tensor; None: not a limit
+
+    def __post_init__(self) -> None:
+        for name in ("peak_flops", "peak_bandwidth", "random_rate", "special_rate"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise RooflineError(f"Ceilings.{name}={value!r} must be a positive number of per-second units")
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte where the bandwidth roof meets the compute roof."""
+        return self.peak_flops / self.peak_bandwidth
+
+
+# FLOPs per output element (OpRecord.elements) for ops torch.utils.flop_counter counts as 0. ESTIMATES,
+# counting a transcendental (exp, erf) as one FLOP; matmuls keep PyTorch's count. See Rule 2.
+ELEMENTWISE_FLOPS: dict[str, float] = {
+    "add": 1, "sub": 1, "mul": 1, "div": 1, "rsub": 1, "neg": 1, "where": 1,
+    "masked_fill": 1,  # a select per element
+    "_softmax": 5, "_log_softmax": 5,  # max, subtract, exp, sum, divide
+    "native_layer_norm": 8,  # mean 1, variance 3 (subtract, square, add), normalise 2, affine 2
+    "gelu": 5,  # x * 0.5 * (1 + erf(x / sqrt 2)): scale, erf, add, two multiplies
+    "native_dropout": 1,  # output and mask count as elements: compare the draw (mask), scale (output)
+    "clone": 1, "copy_": 1, "_to_copy": 1,  # a copy does no arithmetic: one per element places it on the axis
+}
+DEFAULT_ELEMENTWISE_FLOPS = 1.0  # any other op without a count
+
+# Transcendentals per output element (see Rule 1): counts, not estimates; LayerNorm's rsqrt is one per row.
+TRANSCENDENTALS_PER_ELEMENT: dict[str, float] = {"_softmax": 1, "_log_softmax": 1, "gelu": 1}
+
+# Random draws per output element: native_dropout returns the output and its mask, one draw per pair.
+DRAWS_PER_ELEMENT: dict[str, float] = {"native_dropout": 0.5}
+
+# Ceiling measurement sizes per profile: square matmul sides, copy buffer MiB (well above the last-level
+# cache on cpu and gpu), random draws per measurement, exp elements (small enough to stay in cache).
+_MEASURE = {"tiny": ((64, 128), 8, 2 ** 14, 2 ** 12), "cpu": ((512, 1024, 2048), 256, 2 ** 22, 2 ** 16),
+            "gpu": ((4096, 8192), 1024, 2 ** 26, 2 ** 22)}
+
+
+def moves_data(record: OpRecord) -> bool:
+    """True for an op that runs a kernel: not a view, and it creates a storage or writes one in place.
+
+    `_unsafe_view` has no alias annotation in its schema, so the trace does not mark it a view, but it
+    creates no storage: it is a view in all but name.
+    """
+    return not record.is_view and (record.output_bytes > 0 or record.in_place)
+
+
+def _check_record(record: OpRecord, where: str) -> None:
+    if not isinstance(record, OpRecord):
+        raise RooflineError(f"{where}: expected an OpRecord (from labkit.ops.trace), got {type(record).__name__}")
+    if not moves_data(record):
+        raise RooflineError(f"{where}: {record.key} is a view (it moves no data) and has no place on a roofline; "
+                            "keep only ops with roofline.moves_data(record)")
+
+
+def flops(record: OpRecord) -> float:
+    """The op's FLOPs: PyTorch's count, else the per-element estimate of ELEMENTWISE_FLOPS (Rule 2)."""
+    _check_record(record, "flops")
+    if record.flops > 0:
+        return float(record.flops)
+    return ELEMENTWISE_FLOPS.get(record.op, DEFAULT_ELEMENTWISE_FLOPS) * record.elements
+
+
+def intensity(record: OpRecord) -> float:
+    """FLOPs (with the elementwise estimates) per byte moved."""
+    return flops(record) / record.bytes_moved
+
+
+def random_draws(record: OpRecord) -> float:
+    """Random numbers the op draws: 0 unless it is random (see DRAWS_PER_ELEMENT)."""
+    return DRAWS_PER_ELEMENT.get(record.op, 1.0) * record.elements if record.random else 0.0
+
+
+def terms(record: OpRecord, ceilings: Ceilings) -> dict[str, float]:
+    """Seconds each ceiling allows the op at least: {"compute", "memory", "random"} (Rule 1)."""
+    _check_record(record, "terms")
+    if not isinstance(ceilings, Ceilings):
+        raise RooflineError(f"terms: expected Ceilings (from measure_ceilings), got {type(ceilings).__name__}")
+    draws = random_draws(record)
+    special = TRANSCENDENTALS_PER_ELEMENT.get(record.op, 0) * record.elements
+    return {"compute": max(flops(record) / ceilings.peak_flops,
+                           special / ceilings.special_rate if special and ceilings.special_rate else 0.0),
+            "memory": record.bytes_moved / ceilings.peak_bandwidth,
+            "random": draws / ceilings.random_rate if draws and ceilings.random_rate else 0.0}
+
+
+def predict_seconds(record: OpRecord, ceilings: Ceilings) -> float:
+    """The roofline time: the largest of the compute, memory and random terms (Rule 1)."""
+    return max(terms(record, ceilings).values())
+
+
+def bound(record: OpRecord, ceilings: Ceilings) -> str:
+    """Which ceiling sets the op's time: "compute", "memory" or "random"."""
+    t = terms(record, ceilings)
+    return max(t, key=t.__getitem__)
+
+
+def achieved(record: OpRecord) -> float:
+    """FLOP/s the op reached when timed: flops / measured seconds."""
+    if record.seconds is None or not record.seconds > 0:
+        raise RooflineError(f"achieved: {record.key} has seconds={record.seconds!r}; trace with time=True")
+    return flops(record) / record.seconds
+
+
+# ---------------------------------------------------------------- measuring the ceilings
+def _peak_flops(device: torch.device, dtype: torch.dtype, sides: tuple[int, ...], repeats: int) -> float:
+    best = 0.0
+    for n in sides:
+        a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+        seconds = benchmark(torch.mm, a, b, warmup=1, repeats=repeats, device=device).median
+        best = max(best, 2 * n ** 3 / seconds)
+    return best
+
+
+def _bandwidth(device: torch.device, dtype: torch.dtype, mib: int, repeats: int) -> float:
+    src = torch.ones(mib * 2 ** 20 // dtype.itemsize, device=device, dtype=dtype)
+    dst = torch.empty_like(src)  # allocated once: a fresh output would add page faults on cpu
+    seconds = benchmark(dst.copy_, src, warmup=1, repeats=repeats, device=device).median
+    return 2 * src.nbytes / seconds  # read src, write dst
+
+
+def _random_rate(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:
+    x = torch.ones(n, device=device, dtype=dtype)
+    seconds = benchmark(torch.native_dropout, x, 0.1, True, warmup=1, repeats=repeats, device=device).median
+    return n / seconds
+
+
+def _special_rate(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:
+    x = torch.ones(n, device=device, dtype=dtype)
+    out = torch.empty_like(x)  # in cache, preallocated: exp's own cost, not memory's
+    return n / benchmark(torch.exp, x, out=out, warmup=1, repeats=repeats, device=device).median
+
+
+def measure_ceilings(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                     size: Sizes | None = None) -> Ceilings:
+    """Measure the three ceilings of Rule 1 on `device` in `dtype`, at the profile's measuring sizes.
+
+    peak_flops: 2n³ over the median time of an n×n matmul, best of a few n. peak_bandwidth: bytes read plus
+    written by a copy between two preallocated buffers (256 MiB on the cpu profile, beyond the caches).
+    random_rate: elements per second native_dropout draws on a large tensor. On a GPU the generator is
+    Philox, counter-based and parallel, and is rarely the limit; on a CPU it draws one number after another
+    (about 14-20 ns each on a 2-core machine) and is the limit of every dropout. special_rate: elements per
+    second of exp on a tensor small enough to stay in cache.
+    """
+    device = torch.device(device)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise RooflineError(f"measure_ceilings: dtype={dtype!r} must be a floating torch.dtype")
+    size = size or sizes()
+    sides, mib, draws, special = _MEASURE[size.name]
+    repeats = min(size.repeats, 5)
+    return Ceilings(str(device), dtype, _peak_flops(device, dtype, sides, repeats),
+                    _bandwidth(device, dtype, mib, repeats), _random_rate(device, dtype, draws, repeats),
+                    _special_rate(device, dtype, special, 2 * repeats + 1))
+
+
+# ---------------------------------------------------------------- spec sheets (Rule 3)
+@dataclass(frozen=True)
+class GPUSpec:
+    """A GPU's ceilings as its vendor's datasheet states them: a prediction's input, never a measurement."""
+
+    name: str
+    peak_flops: float  # dense 16-bit (FP16/BF16) tensor-core FLOP/s; the datasheets' "with sparsity" figure halved
+    peak_bandwidth: float  # memory bandwidth, bytes/s
+    source: str  # the datasheet it is read from
+
+    def ceilings(self) -> Ceilings:
+        """These figures as Ceilings in bfloat16 (random draws: not a limit, see measure_ceilings)."""
+        return Ceilings(self.name, torch.bfloat16, self.peak_flops, self.peak_bandwidth, None)
+
+
+GPU_SPECS: dict[str, GPUSpec] = {
+    # NVIDIA T4 Tensor Core GPU datasheet: mixed precision (FP16/FP32) 65 TFLOPS (Turing: no sparsity), 320 GB/s
+    "T4": GPUSpec("T4", 65e12, 320e9, "NVIDIA T4 Tensor Core GPU datasheet, https://www.nvidia.com/content/dam/"
+                  "en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf"),
+    # NVIDIA A100 Tensor Core GPU datasheet: BF16/FP16 tensor 312 TFLOPS (624 with sparsity); 80GB SXM 2,039 GB/s
+    "A100": GPUSpec("A100 SXM 80GB", 312e12, 2039e9, "NVIDIA A100 Tensor Core GPU datasheet, https://www.nvidia.com/"
+                    "content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
+    # NVIDIA H100 Tensor Core GPU datasheet: BF16/FP16 tensor 1,979 TFLOPS with sparsity (989 dense); SXM 3.35 TB/s
+    "H100": GPUSpec("H100 SXM", 989e12, 3.35e12, "NVIDIA H100 Tensor Core GPU datasheet, "
+                    "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"),
+    # NVIDIA H200 Tensor Core GPU datasheet: BF16/FP16 tensor 1,979 TFLOPS with sparsity (989 dense); SXM 4.8 TB/s
+    "H200": GPUSpec("H200 SXM", 989e12, 4.8e12, "NVIDIA H200 Tensor Core GPU datasheet, "
+                    "https://www.nvidia.com/en-us/data-center/h200/"),
+}
+
+
+def spec_predictions(records: list[OpRecord], spec: GPUSpec) -> list[dict[str, object]]:
+    """Spec-sheet predictions (Rule 3) for each op that moves data, run in 16-bit on `spec`'s GPU.
+
+    `records` is a float32 trace: in 16-bit each op moves half the bytes and does the same FLOPs.
+    Returns [{"name", "spec_predicted_s", "spec_bound"}], "compute" or "memory" bound.
+    """
+    if not isinstance(spec, GPUSpec):
+        raise RooflineError(f"spec_predictions: expected a GPUSpec (from GPU_SPECS), got {type(spec).__name__}")
+    roof = spec.ceilings()
+    rows = []
+    for r in filter(moves_data, records):
+        compute, memory = flops(r) / roof.peak_flops, r.bytes_moved / 2 / roof.peak_bandwidth
+        rows.append({"name": r.key, "spec_predicted_s": max(compute, memory),
+                     "spec_bound": "compute" if compute >= memory else "memory"})
+    return rows
+
+
+# ---------------------------------------------------------------- offload against recompute
+def offload_seconds(nbytes: int, host_bandwidth: float) -> float:
+    """Seconds to copy `nbytes` to host memory in forward and back in backward, at `host_bandwidth` bytes/s."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise RooflineError(f"offload_seconds: nbytes={nbytes!r} must be an int >= 0")
+    if not host_bandwidth > 0:
+        raise RooflineError(f"offload_seconds: host_bandwidth={host_bandwidth!r} must be positive bytes/s; "
+                            "measure it with measure_host_bandwidth('cuda')")
+    return 2 * nbytes / host_bandwidth
+
+
+def measure_host_bandwidth(device: str | torch.device = "cuda", mib: int = 256, repeats: int = 5) -> float:
+    """Bytes/s of a round trip device -> pinned host -> device: 2 × bytes over the median time."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise RooflineError(f"measure_host_bandwidth: device={str(device)!r} is host memory already; offloading "
+                            "from host memory to host memory is moot. Pass a CUDA device.")
+    if not torch.cuda.is_available():
+        raise RooflineError("measure_host_bandwidth: torch sees no CUDA device")
+    src = torch.ones(mib * 2 ** 20, dtype=torch.uint8, device=device)
+    host = torch.empty(src.shape, dtype=torch.uint8, pin_memory=True)
+
+    def round_trip() -> None:
+        host.copy_(src, non_blocking=True)
+        src.copy_(host, non_blocking=True)
+
+    return 2 * src.nbytes / benchmark(round_trip, warmup=1, repeats=repeats, device=device).median

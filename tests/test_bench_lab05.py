@@ -1,0 +1,46 @@
+"""Lab 05's benchmark: the roofline JSON on tiny, and worst_ratio judged over ops of 1 ms or more only."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import labkit as lk
+from labkit import bench
+from labkit.bench.lab05 import op_rows, worst_ratio
+from labkit.ops import OpRecord
+from labkit.roofline import Ceilings
+
+
+def test_roofline_on_tiny_reports_every_key_with_its_type():
+    figures = bench.roofline(lk.sizes("tiny"))
+    json.dumps(figures)  # what `bench roofline --json` prints
+    for key in ("peak_flops", "peak_bandwidth", "random_rate"):
+        assert isinstance(figures[key], float) and figures[key] > 0
+    assert figures["config"]["profile"] == "tiny"
+    assert figures["worst_ratio"] is None or figures["worst_ratio"] >= 1
+    names = [op["name"] for op in figures["ops"]]
+    assert "bmm#0" in names and "native_dropout#0" in names and not any(n.startswith("view") for n in names)
+    for op in figures["ops"]:
+        assert set(op) == {"name", "module", "intensity", "achieved", "predicted_s", "measured_s", "bound"}
+        assert op["bound"] in ("compute", "memory", "random")
+        assert op["intensity"] > 0 and op["achieved"] > 0 and op["predicted_s"] > 0 and op["measured_s"] > 0
+    assert "roofline" in bench.BENCHMARKS
+
+
+def fake(key: str, seconds: float, nbytes: int) -> OpRecord:
+    return OpRecord(key=key, op="mul", module="", flops=0, bytes_moved=nbytes, output_bytes=nbytes // 2,
+                    elements=nbytes // 8, is_view=False, in_place=False, random=False, seconds=seconds)
+
+
+def test_worst_ratio_counts_only_ops_of_a_millisecond_or_more():
+    ceilings = Ceilings("cpu", torch.float32, 1e15, 1e9, None)
+    records = [fake("slow#0", 4e-3, 10 ** 6),  # predicted 1 ms, measured 4 ms: ratio 4
+               fake("fast#0", 1e-4, 10 ** 6),  # predicted 1 ms, measured 0.1 ms: ratio 10, but under 1 ms
+               fake("over#0", 1e-3, 4 * 10 ** 6)]  # predicted 4 ms, measured 1 ms: ratio 4 the other way
+    rows = op_rows(records, ceilings)
+    assert [r["bound"] for r in rows] == ["memory"] * 3
+    assert worst_ratio(rows) == pytest.approx(4)
+    assert worst_ratio(rows, least_seconds=0) == pytest.approx(10)
+    assert worst_ratio(rows[1:2]) is None

@@ -1,0 +1,125 @@
+"""labkit.roofline: the prediction is the max of its terms, the estimates and specs are sane, errors teach."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import labkit as lk
+from labkit import plots
+from labkit import roofline as rl
+from labkit.ops import OpRecord, trace
+
+CEIL = rl.Ceilings("cpu", torch.float32, peak_flops=1e11, peak_bandwidth=1e10, random_rate=1e8, special_rate=1e9)
+
+
+def record(op="mul", flops=0, bytes_moved=1000, elements=100, random=False, seconds=1e-3, view=False) -> OpRecord:
+    return OpRecord(key=f"{op}#0", op=op, module="m", flops=flops, bytes_moved=bytes_moved,
+                    output_bytes=0 if view else 400, elements=elements, is_view=view, in_place=False,
+                    random=random, seconds=seconds)
+
+
+@pytest.mark.parametrize("rec, expected", [
+    (record("mm", flops=10 ** 9, bytes_moved=10 ** 6), "compute"),  # 1e-2 s against 1e-4 s
+    (record("mul", bytes_moved=10 ** 8, elements=10 ** 7), "memory"),  # 1e-2 s against 1e-4 s
+    (record("native_dropout", bytes_moved=10 ** 6, elements=2 * 10 ** 6, random=True), "random"),  # 1e-2 s
+    (record("_softmax", bytes_moved=10 ** 6, elements=10 ** 7), "compute"),  # 1e7 exps: 1e-2 s
+])
+def test_predict_is_the_largest_term_and_bound_names_it(rec, expected):
+    terms = rl.terms(rec, CEIL)
+    assert set(terms) == {"compute", "memory", "random"}
+    assert rl.predict_seconds(rec, CEIL) == max(terms.values()) == pytest.approx(1e-2)
+    assert rl.bound(rec, CEIL) == expected
+
+
+def test_terms_by_hand():
+    rec = record("native_dropout", bytes_moved=9 * 10 ** 6, elements=2 * 10 ** 6, random=True)
+    terms = rl.terms(rec, CEIL)
+    assert terms["memory"] == pytest.approx(9e6 / 1e10)
+    assert terms["random"] == pytest.approx(1e6 / 1e8)  # one draw per (output, mask) pair
+    assert terms["compute"] == pytest.approx(rl.ELEMENTWISE_FLOPS["native_dropout"] * 2e6 / 1e11)
+
+
+def test_matmuls_keep_pytorchs_count_and_elementwise_estimates_are_positive():
+    assert rl.flops(record("mm", flops=12345)) == 12345
+    for op, per_element in rl.ELEMENTWISE_FLOPS.items():
+        assert per_element > 0, op
+        assert rl.flops(record(op, elements=10)) == 10 * per_element
+    assert rl.flops(record("some_new_op", elements=10)) == 10 * rl.DEFAULT_ELEMENTWISE_FLOPS
+
+
+def test_every_op_of_a_traced_block_that_moves_data_has_a_positive_intensity():
+    cfg = lk.GPTConfig(seq=16, batch=1, hidden=16, heads=2, n_layers=1)
+    block = lk.GPTStack(cfg).blocks[0]
+    records = trace(block, lk.gpt_input(cfg, requires_grad=True), model=block, time=False)
+    moving = [r for r in records if rl.moves_data(r)]
+    assert {"addmm", "bmm", "_softmax", "native_dropout", "native_layer_norm", "gelu", "add"} <= {r.op for r in moving}
+    assert all(rl.intensity(r) > 0 for r in moving)
+    assert not any(r.op in ("view", "transpose", "_unsafe_view") for r in moving)
+
+
+def test_achieved_is_flops_over_measured_seconds():
+    assert rl.achieved(record("mm", flops=10 ** 6, seconds=1e-3)) == pytest.approx(1e9)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: rl.predict_seconds(record(view=True), CEIL), "is a view"),
+    (lambda: rl.predict_seconds("mul#0", CEIL), "expected an OpRecord"),
+    (lambda: rl.predict_seconds(record(), {"peak_flops": 1}), "expected Ceilings"),
+    (lambda: rl.achieved(record(seconds=None)), "seconds=None"),
+    (lambda: rl.Ceilings("cpu", torch.float32, 0.0, 1e10, None), "peak_flops=0.0"),
+    (lambda: rl.Ceilings("cpu", torch.float32, 1e11, -1.0, None), "peak_bandwidth=-1.0"),
+    (lambda: rl.measure_ceilings(dtype=torch.int32), "dtype=torch.int32"),
+    (lambda: rl.offload_seconds(-1, 1e9), "nbytes=-1"),
+    (lambda: rl.offload_seconds(10, 0), "host_bandwidth=0"),
+    (lambda: rl.measure_host_bandwidth("cpu"), "moot"),
+    (lambda: rl.spec_predictions([], "H100"), "expected a GPUSpec"),
+])
+def test_errors_name_the_bad_value(call, match):
+    with pytest.raises(rl.RooflineError, match=match):
+        call()
+
+
+def test_offload_is_a_round_trip():
+    assert rl.offload_seconds(10 ** 9, 2e10) == pytest.approx(0.1)
+
+
+def test_specs_carry_sources_and_sane_magnitudes():
+    assert set(rl.GPU_SPECS) == {"T4", "A100", "H100", "H200"}
+    for spec in rl.GPU_SPECS.values():
+        assert "datasheet" in spec.source and "https://" in spec.source
+        assert 1e13 < spec.peak_flops < 2e15  # dense 16-bit tensor cores: tens to hundreds of TFLOP/s
+        assert 1e11 < spec.peak_bandwidth < 1e13  # hundreds of GB/s to a few TB/s
+    assert rl.GPU_SPECS["H200"].peak_flops == rl.GPU_SPECS["H100"].peak_flops  # same die, faster memory
+    assert rl.GPU_SPECS["H200"].peak_bandwidth > rl.GPU_SPECS["H100"].peak_bandwidth
+
+
+def test_spec_predictions_halve_the_bytes_and_keep_the_flops():
+    spec = rl.GPU_SPECS["A100"]
+    rows = rl.spec_predictions([record("mul", bytes_moved=8 * 10 ** 6, elements=10 ** 6),
+                                record("mm", flops=10 ** 12, bytes_moved=10 ** 6), record(view=True)], spec)
+    assert [r["name"] for r in rows] == ["mul#0", "mm#0"]  # the view has no place
+    assert rows[0]["spec_predicted_s"] == pytest.approx(4e6 / spec.peak_bandwidth)
+    assert rows[0]["spec_bound"] == "memory"
+    assert rows[1]["spec_predicted_s"] == pytest.approx(1e12 / spec.peak_flops)
+    assert rows[1]["spec_bound"] == "compute"
+
+
+def test_measure_ceilings_on_tiny_are_positive():
+    ceilings = rl.measure_ceilings("cpu", torch.float32, lk.sizes("tiny"))
+    for value in (ceilings.peak_flops, ceilings.peak_bandwidth, ceilings.random_rate, ceilings.special_rate):
+        assert value > 0
+    assert ceilings.ridge == ceilings.peak_flops / ceilings.peak_bandwidth
+
+
+def test_the_plot_draws_a_point_per_op_and_the_spec_roofs():
+    records = [record("mm", flops=10 ** 6), record("mul"), record("native_dropout", random=True, elements=200),
+               record(view=True)]
+    fig = plots.roofline(CEIL, records, specs=[rl.GPU_SPECS["H100"]])
+    ax = fig.axes[0]
+    points = [line for line in ax.lines if len(line.get_xdata()) == 1]
+    assert len(points) == 3
+    assert [t.get_text() for t in ax.texts] == ["mm#0", "mul#0", "native_dropout#0"]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("spec sheet: H100" in label for label in labels) and any("random" in label for label in labels)
+    with pytest.raises(ValueError, match="no op that moves data"):
+        plots.roofline(CEIL, [record(view=True)])
