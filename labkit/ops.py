@@ -46,8 +46,8 @@ class OpRecord:
     is_view: bool  # its outputs alias an input (view, transpose, split, ...)
     in_place: bool  # it writes into an argument (add_, relu_, ...)
     random: bool  # it draws from a random generator (dropout, bernoulli, ...)
-    is_output: bool  # it made (a storage of) the traced function's output, which its caller keeps anyway
     seconds: float | None  # median seconds of replaying it alone; None when not timed
+    is_output: bool = False  # it made (a storage of) the traced function's output, which its caller keeps anyway
 
     @property
     def intensity(self) -> float:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-LABS = ["labkit.checks.lab01", "labkit.checks.lab02", "labkit.checks.lab03"]
+LABS = ["labkit.checks.lab01", "labkit.checks.lab02", "labkit.checks.lab03", "labkit.checks.lab04"]
 
 
 @pytest.mark.parametrize("package", LABS)

@@ -94,6 +94,8 @@ WRONG_ANSWERS = [  # (solution, text in the answer, the wrong text, the checker 
     ("02_recompute", "return rebuilt[task].pop(index)", "return rebuilt[task][index]", "ex_2_5"),
     ("03_sqrt_n", "bounds = [i * n // segments for i in range(segments + 1)]",
      "bounds = [i * (n // segments) for i in range(segments)] + [n]", "ex_3_1"),
+    ("04_selective", "leaves, spec = self.kept.pop(key)", "leaves, spec = self.kept[key]", "ex_4_1"),
+    ("04_selective", "weight = [-(-w // unit) for w in weights]", "weight = [w // unit for w in weights]", "ex_4_3"),
 ]
 
 

@@ -120,7 +120,8 @@ def ex_4_1(checkpoint_selective: Callable[..., Any]) -> None:
     """Exercise 4.1: gradients bit for bit, PyTorch's bytes, kept ops not rerun, and the refusals."""
     __tracebackhide__ = True
     need_callable(EX, "checkpoint_selective", checkpoint_selective)
-    _block(checkpoint_selective)
-    _edges(checkpoint_selective)
+    with torch.random.fork_rng(devices=[]):  # dropout draws: leave the student's generator where it was
+        _block(checkpoint_selective)
+        _edges(checkpoint_selective)
     passed(EX, "gradients equal to no checkpointing and bytes equal to PyTorch's for four policies; kept ops "
                "are not rerun; in-place changes, a random op after a kept one, and a second backward refused")

@@ -1,0 +1,227 @@
+"""Tests for the checkers of 04_selective: they pass the reference and catch each planted bug with its own hint."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils.checkpoint import SAC_IGNORED_OPS
+
+import labkit.reference.selective as S
+from labkit import checks
+from labkit.checks import CheckFailure, NotAttempted
+from labkit.checks.lab04 import hints as H
+from labkit.reference.recompute import checkpoint_hooks
+
+
+def _fails(check, *args) -> CheckFailure:
+    with pytest.raises(CheckFailure) as info:
+        check(*args)
+    assert not isinstance(info.value, NotAttempted), info.value
+    return info.value
+
+
+REFERENCE = [(checks.ex_4_1, (S.checkpoint_selective,), "4.1"), (checks.ex_4_2, (S.greedy_keep,), "4.2"),
+             (checks.ex_4_3, (S.knapsack_keep,), "4.3")]
+
+
+@pytest.mark.parametrize("check, args, ex", REFERENCE, ids=[r[2] for r in REFERENCE])
+def test_reference_passes_with_one_line_and_leaves_the_generator_alone(check, args, ex, capsys):
+    torch.manual_seed(7)
+    want = torch.rand(3)
+    torch.manual_seed(7)
+    check(*args)
+    assert torch.equal(torch.rand(3), want)
+    out = capsys.readouterr().out
+    assert out.startswith(f"[ex {ex}] passed: ") and out.count("\n") == 1
+
+
+@pytest.mark.parametrize("check, ex", [(checks.ex_4_1, "4.1"), (checks.ex_4_2, "4.2"), (checks.ex_4_3, "4.3")])
+def test_a_stub_is_not_attempted(check, ex):
+    def stub(*args, **kwargs):
+        raise NotImplementedError(f"Exercise {ex}: title")
+    with pytest.raises(NotAttempted, match=rf"\[ex {ex}\] not attempted"):
+        check(stub)
+
+
+# ---------------------------------------------------------------- 4.1
+def _selective(keep_cls=S.KeepOutputs, replay_cls=S.ReplayOutputs):
+    """checkpoint_selective built from the given modes."""
+    def cs(fn, *args, keep=()):
+        keep, kept, calls = frozenset(keep), {}, [0]
+
+        def run(*inputs):
+            mode = keep_cls(keep, kept) if calls[0] == 0 else replay_cls(keep, kept)
+            calls[0] += 1
+            with mode:
+                return fn(*inputs)
+        return checkpoint_hooks(run, *args)
+    return cs
+
+
+class KeepAll(S.KeepOutputs):
+    """Keeps every op's outputs, whatever keep says (and replays only the kept keys)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func not in SAC_IGNORED_OPS:
+            key = S.next_key(self.counts, func)
+            leaves, spec = tree_flatten(out)
+            self.kept[key] = ([(S.alias(t), t._version) if isinstance(t, torch.Tensor) else (t, None)
+                               for t in leaves], spec)
+        return out
+
+
+class NoVersionCheck(S.ReplayOutputs):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in SAC_IGNORED_OPS:
+            return func(*args, **(kwargs or {}))
+        key = S.next_key(self.counts, func)
+        if key not in self.keep:
+            return func(*args, **(kwargs or {}))
+        leaves, spec = self.kept.pop(key)
+        return tree_unflatten([t for t, _ in leaves], spec)
+
+
+class RunsKeptOps(S.ReplayOutputs):
+    """Returns the kept outputs, but runs the op first anyway."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func not in SAC_IGNORED_OPS and S.op_key(S.op_name(func), self.counts.get(S.op_name(func), 0)) in self.keep:
+            func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+class DoesNotPop(S.ReplayOutputs):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in SAC_IGNORED_OPS:
+            return func(*args, **(kwargs or {}))
+        key = S.next_key(self.counts, func)
+        if key not in self.keep:
+            return func(*args, **(kwargs or {}))
+        leaves, spec = self.kept[key]  # not popped
+        for t, version in leaves:
+            if version is not None and t._version != version:
+                raise S.CheckpointError(S.MUTATED.format(key=key, then=version, now=t._version))
+        return tree_unflatten([t for t, _ in leaves], spec)
+
+
+class ZeroesKept(S.ReplayOutputs):
+    """Replays the kept outputs multiplied by zero: the gradients through them vanish."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if func not in SAC_IGNORED_OPS and S.op_key(S.op_name(func), self.counts[S.op_name(func)] - 1) in self.keep:
+            leaves, spec = tree_flatten(out)
+            return tree_unflatten([t * 0 if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                                   for t in leaves], spec)
+        return out
+
+
+class NoRandomRule(S.KeepOutputs):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in SAC_IGNORED_OPS:
+            return out
+        key = S.next_key(self.counts, func)
+        if key in self.keep:
+            leaves, spec = tree_flatten(out)
+            self.kept[key] = ([(S.alias(t), t._version) if isinstance(t, torch.Tensor) else (t, None)
+                               for t in leaves], spec)
+        return out
+
+
+@pytest.mark.parametrize("bug, hint", [
+    (_selective(replay_cls=ZeroesKept), H.SEL_GRADS),
+    (_selective(keep_cls=KeepAll), H.SEL_BYTES),
+    (_selective(replay_cls=RunsKeptOps), H.SEL_SKIP),
+    (_selective(replay_cls=NoVersionCheck), H.SEL_MUTATED),
+    (_selective(keep_cls=NoRandomRule), H.SEL_RANDOM),
+    (_selective(replay_cls=DoesNotPop), H.SEL_TWICE),
+], ids=["zeroed", "keeps-all", "reruns-kept", "no-version", "no-random-rule", "no-pop"])
+def test_ex_4_1_catches(bug, hint):
+    assert _fails(checks.ex_4_1, bug).hint == hint
+
+
+# ---------------------------------------------------------------- 4.2
+def _greedy(order=-1, random_prefix=True, views=False, check=True):
+    def bug(ops, budget):
+        if check:
+            budget = S.check_budget(budget, "greedy_keep")
+        items = [r for r in ops if r.output_bytes > 0 or (views and r.is_view)]
+        keep = {r.key for r in items}
+        for r in sorted(items, key=lambda r: order * S.keep_bytes(r) / r.seconds):
+            if S.kept_bytes(ops, keep) <= budget:
+                break
+            keep.discard(r.key)
+            if r.random and random_prefix:
+                keep -= {q.key for q in items[:items.index(r)] if q.random}
+        return frozenset(keep)
+    return bug
+
+
+@pytest.mark.parametrize("bug, hint", [
+    (_greedy(order=1), H.GREEDY_ORDER), (_greedy(random_prefix=False), H.GREEDY_RANDOM),
+    (_greedy(views=True), H.GREEDY_CANDIDATES), (_greedy(check=False), H.BUDGET_CHECK),
+], ids=["ascending", "random-prefix", "views", "no-budget-check"])
+def test_ex_4_2_catches(bug, hint):
+    assert _fails(checks.ex_4_2, bug).hint == hint
+
+
+def test_ex_4_2_reference_is_the_greedy_of_the_checker():
+    from labkit.checks.lab04.common import profiles
+    from labkit.checks.lab04.planners import greedy
+    for ops, budget in profiles(seed=11):
+        assert S.greedy_keep(ops, budget) == greedy(ops, budget)
+
+
+# ---------------------------------------------------------------- 4.3
+def _fill_round_down(items, budget, most):
+    weights = [S.keep_bytes(r) for r in items]
+    unit = math.gcd(*weights) or 1
+    if budget // unit > most:
+        unit = -(-budget // most)
+    cap = budget // unit
+    weight = [w // unit for w in weights]  # rounded down: the set may not fit
+    best = [0.0] * (cap + 1)
+    took = [[False] * (cap + 1) for _ in items]
+    for i, r in enumerate(items):
+        for u in range(cap, weight[i] - 1, -1):
+            if best[u - weight[i]] + r.seconds > best[u]:
+                best[u], took[i][u] = best[u - weight[i]] + r.seconds, True
+    keep, u = set(), cap
+    for i in range(len(items) - 1, -1, -1):
+        if took[i][u]:
+            keep.add(items[i].key)
+            u -= weight[i]
+    return best[cap], keep
+
+
+def _knapsack(fill=S.fill, suffix=True, views=False):
+    def bug(ops, budget, most=4096):
+        budget = S.check_budget(budget, "knapsack_keep")
+        items = [r for r in ops if r.output_bytes > 0 or (views and r.is_view)]
+        if not suffix:
+            return frozenset(fill(items, budget, most)[1])
+        rand = [r for r in items if r.random]
+        rest = [r for r in items if not r.random]
+        best = (-1.0, set())
+        for first in range(len(rand) + 1):
+            left = budget - sum(S.keep_bytes(r) for r in rand[first:])
+            if left >= 0:
+                sec, keep = fill(rest, left, most)
+                sec += sum(r.seconds for r in rand[first:])
+                if sec > best[0]:
+                    best = (sec, keep | {r.key for r in rand[first:]})
+        return frozenset(best[1])
+    return bug
+
+
+@pytest.mark.parametrize("bug, hint", [
+    (_knapsack(fill=_fill_round_down), H.KNAP_FITS), (lambda ops, budget, most=4096: S.greedy_keep(ops, budget),
+                                                      H.KNAP_OPTIMAL),
+    (_knapsack(suffix=False), H.KNAP_RANDOM), (_knapsack(views=True), H.KNAP_CANDIDATES),
+], ids=["rounds-down", "greedy", "no-suffix", "views"])
+def test_ex_4_3_catches(bug, hint):
+    assert _fails(checks.ex_4_3, bug).hint == hint
