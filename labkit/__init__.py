@@ -11,7 +11,7 @@ except ImportError as e:  # pragma: no cover - exercised by hand on a machine wi
         "then check with `python -m labkit doctor`."
     ) from e
 
-from labkit import bench, checks, ops, plots, widgets
+from labkit import bench, checks, ops, plots, roofline, widgets
 from labkit.doctor import doctor
 from labkit.memory import Ledger, MemoryMeter, measure_peak, saved_tensors
 from labkit.models import (
@@ -22,7 +22,7 @@ from labkit.profile import PROFILES, Sizes, profile, sizes
 from labkit.timing import benchmark, compare
 
 __all__ = [
-    "PROFILES", "Sizes", "bench", "checks", "ops", "plots", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",
+    "PROFILES", "Sizes", "bench", "checks", "ops", "plots", "roofline", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",
     "Ledger", "MemoryMeter", "measure_peak", "saved_tensors",
     "GPTConfig", "GPTStack", "GPTBlock", "MLPChain", "MLPConfig", "gpt_input", "mlp_input",
     "korthikanti_bytes", "korthikanti_terms", "layer_chain", "parameter_bytes",

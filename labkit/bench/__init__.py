@@ -17,6 +17,7 @@ from labkit.bench.lab03 import (
     activation_peak, hetero_chain, mlp_chain, schedule, segment_constants, segments, segments_sweep, step_time_ratio,
 )
 from labkit.bench.lab04 import long_config, long_stack, policies, policy_rows
+from labkit.bench import lab04, lab05
 from labkit.bench.lab05 import roofline
 from labkit.bench.overhead import meter
 

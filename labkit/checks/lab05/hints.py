@@ -1,0 +1,18 @@
+"""Lab 05's hints: one per mistake, each used from here (tests hold them distinct)."""
+from __future__ import annotations
+
+# ---------------------------------------------------------------- Exercise 5.1: the roofline time
+RT_SPEC = "roofline_seconds(r, c) returns a float: the largest of the compute, memory and random terms"
+RT_MAX = ("take the largest term (max), not their sum: an op's resources work at the same time, and the slowest "
+          "one sets its time")
+RT_MEMORY = "the memory term is r.bytes_moved / c.peak_bandwidth: every byte read and written crosses the bus"
+RT_COMPUTE = "the compute term is compute_seconds(r, c), given: FLOPs over the peak, or exp over the exp rate"
+RT_RANDOM = ("the random term is random_draws(r) / c.random_rate for an op that draws, and 0 when c.random_rate "
+             "is None (a spec sheet states no such limit)")
+RT_VIEW = "an op that moves no data (not moves_data(r): a view) costs 0"
+
+# ---------------------------------------------------------------- Exercise 5.2: price
+PRICE_SPEC = "price(ops, seconds_of) returns a list of OpRecords, one per op, in the same order"
+PRICE_SECONDS = "each record's seconds must be seconds_of(that record); every other field unchanged"
+PRICE_ORIGINALS = ("leave the originals as they were: build new records with dataclasses.replace(r, seconds=...) "
+                   "(records are frozen; setting attributes through object.__setattr__ changes the caller's)")

@@ -1,0 +1,94 @@
+"""Exercises 5.1 and 5.2: the roofline time of an op, and pricing ops by a cost model."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import astuple, replace
+from typing import Any
+
+import torch
+
+from labkit.checks.base import CheckFailure, need_callable, passed, trap
+from labkit.checks.lab05 import hints as H
+from labkit.models import GPTConfig, GPTStack, gpt_input
+from labkit.ops import OpRecord, trace
+from labkit.roofline import Ceilings, predict_seconds, terms
+
+MACHINE = Ceilings("checker", torch.float32, peak_flops=1e11, peak_bandwidth=1e10, random_rate=1e8, special_rate=1e9)
+SPEC = Ceilings("spec sheet", torch.bfloat16, peak_flops=1e14, peak_bandwidth=2e12, random_rate=None)
+
+
+def _record(op: str, flops: int, nbytes: int, elements: int, random: bool = False, view: bool = False) -> OpRecord:
+    return OpRecord(key=f"{op}#0", op=op, module="", flops=flops, bytes_moved=nbytes,
+                    output_bytes=0 if view else nbytes // 2, elements=elements, is_view=view, in_place=False,
+                    random=random, seconds=1e-3)
+
+
+def _traced() -> list[OpRecord]:
+    cfg = GPTConfig(seq=16, batch=2, hidden=16, heads=2, n_layers=1, dropout=0.1, seed=3)
+    block = GPTStack(cfg).blocks[0]
+    with torch.random.fork_rng(devices=[]):
+        return trace(block, gpt_input(cfg, requires_grad=True), model=block, time=False)
+
+
+def _cases() -> list[tuple[str, OpRecord, Ceilings]]:
+    """(what, record, ceilings): each term the largest in turn, a view, a random op on a spec sheet."""
+    made = [("a matmul, compute-bound", _record("mm", 10 ** 10, 10 ** 6, 10 ** 5), MACHINE),
+            ("an add, memory-bound", _record("add", 0, 10 ** 8, 10 ** 7), MACHINE),
+            ("a softmax, bound by exp", _record("_softmax", 0, 10 ** 5, 10 ** 7), MACHINE),
+            ("a dropout, bound by its draws", _record("native_dropout", 0, 10 ** 6, 10 ** 7, random=True), MACHINE),
+            ("a dropout on a spec sheet (no random limit)",
+             _record("native_dropout", 0, 10 ** 6, 10 ** 7, random=True), SPEC),
+            ("a view", _record("view", 0, 10 ** 6, 10 ** 5, view=True), MACHINE)]
+    return made + [(f"{r.key} of a traced GPT block", r, c) for r in _traced() for c in (MACHINE, SPEC)]
+
+
+def _hint(r: OpRecord, c: Ceilings, got: float, want: float) -> str:
+    if r.is_view or want == 0:
+        return H.RT_VIEW
+    t = terms(r, c)
+    if math.isclose(got, sum(t.values()), rel_tol=1e-9) and sum(t.values()) != want:
+        return H.RT_MAX
+    top = max(t, key=t.__getitem__)
+    return {"compute": H.RT_COMPUTE, "memory": H.RT_MEMORY, "random": H.RT_RANDOM}[top]
+
+
+def ex_5_1(roofline_seconds: Callable[..., Any]) -> None:
+    """Exercise 5.1: roofline_seconds equals the roofline's time (labkit.roofline) on every case."""
+    __tracebackhide__ = True
+    need_callable("5.1", "roofline_seconds", roofline_seconds)
+    cases = _cases()
+    for what, r, c in cases:
+        label = f"roofline_seconds(<{what}>, <{c.device} ceilings>)"
+        with trap("5.1", label, H.RT_RANDOM if r.random and c.random_rate is None else H.RT_SPEC):
+            got = roofline_seconds(r, c)
+        want = 0.0 if r.is_view or not (r.output_bytes > 0 or r.in_place) else predict_seconds(r, c)
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            raise CheckFailure("5.1", label, "a float of seconds", f"{type(got).__name__} {got!r:.60}", H.RT_SPEC)
+        if not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-15):
+            raise CheckFailure("5.1", label, f"{want:.6g} s", f"{got:.6g} s", _hint(r, c, got, want))
+    passed("5.1", f"roofline_seconds matches the roofline on {len(cases)} ops: each term the largest in turn, "
+                  "views free, no random limit on a spec sheet")
+
+
+def ex_5_2(price: Callable[..., Any]) -> None:
+    """Exercise 5.2: price replaces each record's seconds by seconds_of(record) and leaves the originals alone."""
+    __tracebackhide__ = True
+    need_callable("5.2", "price", price)
+    ops = _traced()
+    before = [astuple(r) for r in ops]
+    seconds_of = lambda r: 1e-6 * (len(r.key) + r.elements)  # noqa: E731  (differs from op to op)
+    with trap("5.2", "price(ops, seconds_of)", H.PRICE_SPEC):
+        got = price(ops, seconds_of)
+    if [astuple(r) for r in ops] != before:
+        raise CheckFailure("5.2", "the records passed in, after price", "unchanged", "changed", H.PRICE_ORIGINALS)
+    if not isinstance(got, list) or len(got) != len(ops) or not all(isinstance(r, OpRecord) for r in got):
+        raise CheckFailure("5.2", "price(ops, seconds_of)", f"a list of {len(ops)} OpRecords",
+                           f"{type(got).__name__} {got!r:.80}", H.PRICE_SPEC)
+    for r, g in zip(ops, got):
+        if g.key != r.key:
+            raise CheckFailure("5.2", "the order of the priced records", r.key, g.key, H.PRICE_SPEC)
+        if g != replace(r, seconds=seconds_of(r)):
+            raise CheckFailure("5.2", f"the priced record of {r.key}", f"seconds={seconds_of(r):.3g}, all else as "
+                               "before", f"seconds={g.seconds!r}", H.PRICE_SECONDS)
+    passed("5.2", f"price gives {len(ops)} new records with seconds from the cost model; the originals unchanged")
