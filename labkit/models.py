@@ -40,6 +40,8 @@ def _check_float_dtype(dtype: object) -> None:
 
 def _linear(n_in: int, n_out: int, bias: bool, dtype: torch.dtype, gen: torch.Generator, std: float | None) -> nn.Linear:
     """Linear layer filled from `gen`: normal(0, std), or PyTorch's default uniform bound when std is None."""
+    if torch.empty(0).is_meta:  # built under torch.device("meta"): shapes only (lab 05 traces large blocks so)
+        return nn.Linear(n_in, n_out, bias=bias, dtype=dtype, device="meta")
     layer = nn.utils.skip_init(nn.Linear, n_in, n_out, bias=bias, dtype=dtype)  # no global RNG use
     bound = 1 / math.sqrt(n_in)
     with torch.no_grad():
