@@ -93,6 +93,10 @@ def main() -> int:
                lambda f: f["peak_ratio_vs_torch"] <= 1.02 and f["peak_ratio_vs_none"] <= 0.5
                and f["grads_bitwise_equal"]),
         _bench("formula", "bench formula (CPU configs)", "max_rel_error <= 0.15", lambda f: f["max_rel_error"] <= 0.15),
+        _bench("policies", "bench policies (gpu profile)", "selective cuts >= 2.5x, yours == PyTorch's bytes, bitwise",
+               lambda f: f["selective_bytes_cut"] >= 2.5 and all(
+                   p["activation_bytes"] == p["bytes_torch"] and p["grads_equal_ours"] and p["grads_equal_torch"]
+                   for p in f["policies"])),
         # the roofline bound holds from below: no op may beat its prediction by 2x; slower ops are reported
         _bench("roofline", "bench roofline (gpu profile)", "every op >= 1 ms: measured >= predicted / 2",
                lambda f: all(op["measured_s"] >= op["predicted_s"] / 2 for op in f["ops"] if op["measured_s"] >= 1e-3)),

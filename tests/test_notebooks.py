@@ -96,6 +96,8 @@ WRONG_ANSWERS = [  # (solution, text in the answer, the wrong text, the checker 
      "bounds = [i * (n // segments) for i in range(segments)] + [n]", "ex_3_1"),
     ("04_selective", "leaves, spec = self.kept.pop(key)", "leaves, spec = self.kept[key]", "ex_4_1"),
     ("04_selective", "weight = [-(-w // unit) for w in weights]", "weight = [w // unit for w in weights]", "ex_4_3"),
+    ("05_roofline", "    return max(compute_seconds(r, c), r.bytes_moved / c.peak_bandwidth, rand)",
+     "    return compute_seconds(r, c) + r.bytes_moved / c.peak_bandwidth + rand", "ex_5_1"),
 ]
 
 

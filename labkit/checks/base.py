@@ -91,3 +91,21 @@ def attempt(ex: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def passed(ex: str, what: str) -> None:
     """Print the one line of a passed check."""
     print(f"[ex {ex}] passed: {what}")
+
+
+def expect_error(ex: str, what: str, kind: type[Exception], words: str, hint: str, fn: Callable[..., Any],
+                 *args: Any) -> None:
+    """fn(*args) must raise `kind` with `words` in its message."""
+    __tracebackhide__ = True
+    try:
+        fn(*args)
+    except kind as e:
+        if words not in str(e):
+            raise CheckFailure(ex, what, f"a {kind.__name__} naming {words!r}", f"{type(e).__name__}: {e}"[:160],
+                               hint) from None
+        return
+    except NotImplementedError:
+        raise
+    except Exception as e:  # the wrong kind of error
+        raise CheckFailure(ex, what, f"a {kind.__name__}", f"{type(e).__name__}: {e}"[:160], hint) from None
+    raise CheckFailure(ex, what, f"a {kind.__name__}", "no error", hint)

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.checks.base import CheckFailure, Known, trap
+from labkit.checks.base import CheckFailure, Known, expect_error, trap  # noqa: F401  (expect_error: re-exported)
 
 
 class Counted(nn.Module):
@@ -70,21 +70,3 @@ def call(ex: str, what: str, hint: str, fn: Callable[..., Any], *args: Any, know
     __tracebackhide__ = True
     with trap(ex, what, hint, known):
         return fn(*args)
-
-
-def expect_error(ex: str, what: str, kind: type[Exception], words: str, hint: str, fn: Callable[..., Any],
-                 *args: Any) -> None:
-    """fn(*args) must raise `kind` with `words` in its message."""
-    __tracebackhide__ = True
-    try:
-        fn(*args)
-    except kind as e:
-        if words not in str(e):
-            raise CheckFailure(ex, what, f"a {kind.__name__} naming {words!r}", f"{type(e).__name__}: {e}"[:160],
-                               hint) from None
-        return
-    except NotImplementedError:
-        raise
-    except Exception as e:  # the wrong kind of error
-        raise CheckFailure(ex, what, f"a {kind.__name__}", f"{type(e).__name__}: {e}"[:160], hint) from None
-    raise CheckFailure(ex, what, f"a {kind.__name__}", "no error", hint)

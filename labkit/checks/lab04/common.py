@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from labkit.checks.base import CheckFailure, Known, trap
+from labkit.checks.base import CheckFailure, Known, expect_error, trap  # noqa: F401  (expect_error: re-exported)
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.ops import OpRecord, op_key
 from labkit.tensors import op_name
@@ -86,20 +86,3 @@ def call(ex: str, what: str, hint: str, fn: Callable[..., Any], *args: Any, know
     __tracebackhide__ = True
     with trap(ex, what, hint, known):
         return fn(*args, **kwargs)
-
-
-def expect_error(ex: str, what: str, kind: type[Exception], words: str, hint: str, fn: Callable[..., Any]) -> None:
-    """fn() must raise `kind` with `words` in its message."""
-    __tracebackhide__ = True
-    try:
-        fn()
-    except kind as e:
-        if words not in str(e):
-            raise CheckFailure(ex, what, f"a {kind.__name__} naming {words!r}", f"{type(e).__name__}: {e}"[:200],
-                               hint) from None
-        return
-    except NotImplementedError:
-        raise
-    except Exception as e:  # the wrong kind of error
-        raise CheckFailure(ex, what, f"a {kind.__name__}", f"{type(e).__name__}: {e}"[:200], hint) from None
-    raise CheckFailure(ex, what, f"a {kind.__name__}", "no error", hint)
