@@ -21,7 +21,7 @@ from labkit.meter import measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.ops import OpRecord, trace
 from labkit.profile import Sizes, sizes
-from labkit.timing import compare
+from labkit.timing import benchmark, compare
 
 __all__ = ["Policy", "long_config", "long_stack", "policy_rows", "policies", "step", "recompute_seconds",
            "kept_after_forward", "saved_after_forward", "compiled_runner", "head_to_head", "standard_policies"]
@@ -179,11 +179,12 @@ def policy_rows(model: GPTStack, x: torch.Tensor, ops: Sequence[OpRecord], polic
     selective(fn, x, keep=...) and torch_policy(keep) -> context_fn are lab 04's; plain(fn, x) a checkpoint
     (lab 02's checkpoint_hooks) for region policies. Time ratios are taken against "none" in alternating runs
     (labkit.timing.compare) for the policies in `timed` (default all); the prediction is 1 + the blocks'
-    recompute seconds from the trace over the plain step's median. check=False measures the from-scratch
-    checkpoint's bytes only (no PyTorch run, no gradient comparison).
+    recompute seconds from the trace over one plain step's median, the same for every row. check=False
+    measures the from-scratch checkpoint's bytes only (no PyTorch run, no gradient comparison).
     """
     none = _block_runner(Policy("none"), "ours", selective, torch_policy, plain)
     want = grads(model, x, none) if check else []
+    plain_s: float | None = None  # one plain step's median: the baseline of every prediction
     rows = []
     for policy in policies:
         row: dict[str, Any] = {"name": policy.name}
@@ -201,7 +202,9 @@ def policy_rows(model: GPTStack, x: torch.Tensor, ops: Sequence[OpRecord], polic
             runner = _block_runner(policy, "ours", selective, torch_policy, plain)
             c = compare(step(model, x, none), step(model, x, runner), repeats=repeats, device=x.device)
             row["step_time_ratio"] = c.ratio
-            row["predicted_step_time_ratio"] = 1 + row["recompute_s"] / c.a.median
+            if plain_s is None:
+                plain_s = benchmark(step(model, x, none), repeats=repeats, device=x.device).median
+            row["predicted_step_time_ratio"] = 1 + row["recompute_s"] / plain_s
         rows.append(row)
     return rows
 
