@@ -93,3 +93,14 @@ def test_op_keys_count_as_pytorchs_policy_counts(stack):
     checkpoint(model.blocks[0], x, use_reentrant=False,
                context_fn=partial(create_selective_checkpoint_contexts, policy)).sum().backward()
     assert seen == [r.key for r in ops]
+
+
+def test_compiled_runner_keeps_less_under_a_small_budget(stack):
+    """torch.compile's partitioner (aot_eager_decomp_partition) honours the budget: fewer saved bytes at 0.1."""
+    model, x, _ = stack
+    torch._dynamo.reset()
+    tight = B.saved_after_forward(model, x, B.compiled_runner(model, 0.1))
+    torch._dynamo.reset()
+    loose = B.saved_after_forward(model, x, B.compiled_runner(model, 1.0))
+    torch._dynamo.reset()
+    assert 0 < tight < loose
