@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from labkit.tensors import check_callable, check_not_meta, op_name, tensor_storages
+from labkit.tensors import check_callable, check_not_meta, module_stack, op_name, tensor_storages
 
 __all__ = ["SavedTensor", "LedgerTable", "Ledger", "saved_tensors"]
 
@@ -165,8 +165,7 @@ class Ledger:
             for p in self.model.parameters():
                 self._skip[p.untyped_storage()] = True
         with contextlib.ExitStack() as stack:
-            if self.model is not None:
-                self._install_module_hooks(stack)
+            stack.enter_context(module_stack(self.model, self._modules))
             stack.enter_context(torch.autograd.graph.saved_tensors_hooks(_pack, _unpack))
             stack.enter_context(_OpWatcher(self))
             _ACTIVE.append(self)
@@ -181,18 +180,6 @@ class Ledger:
             stack, self._stack = self._stack, None
             stack.close()  # type: ignore[union-attr]
             self._producer = WeakIdKeyDictionary()
-
-    def _install_module_hooks(self, stack: contextlib.ExitStack) -> None:
-        for fqn, mod in self.model.named_modules():  # type: ignore[union-attr]
-            pre = mod.register_forward_pre_hook(lambda m, a, fqn=fqn: self._modules.append(fqn))
-            post = mod.register_forward_hook(self._leave_module)  # must return None: see _leave_module
-            stack.callback(pre.remove)
-            stack.callback(post.remove)
-
-    def _leave_module(self, module: nn.Module, args: Any, output: Any) -> None:
-        # a forward hook that returns a value replaces the module's output
-        if self._modules:
-            self._modules.pop()
 
     # -- Rule A
     def _note(self, t: torch.Tensor) -> None:

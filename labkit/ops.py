@@ -14,7 +14,6 @@ copies of its arguments (labkit.timing's rules).
 """
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,7 @@ from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 from torch.utils.flop_counter import flop_registry
 
-from labkit.tensors import check_callable, op_name, tensor_storages
+from labkit.tensors import check_callable, module_stack, op_name, tensor_storages
 from labkit.timing import benchmark
 
 __all__ = ["OpRecord", "trace", "op_key"]
@@ -110,25 +109,6 @@ class _Tracer(TorchDispatchMode):
         return out
 
 
-def _pop(modules: list[str]) -> None:
-    # a forward hook that returns a value replaces the module's output: return None
-    modules.pop()
-
-
-@contextlib.contextmanager
-def _module_stack(model: nn.Module | None, modules: list[str]):
-    handles = []
-    if model is not None:
-        for fqn, mod in model.named_modules():
-            handles.append(mod.register_forward_pre_hook(lambda m, a, fqn=fqn: modules.append(fqn)))
-            handles.append(mod.register_forward_hook(lambda m, a, o: _pop(modules)))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
 def _mark_outputs(calls: list, result: Any) -> None:
     """Set is_output on the calls whose fresh storages hold the traced function's result."""
     wanted = {st._cdata for st in tensor_storages(result)}
@@ -152,7 +132,7 @@ def trace(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None, ti
     devices = sorted({t.device.index or 0 for t in torch.utils._pytree.tree_leaves((args, kwargs))
                       if isinstance(t, torch.Tensor) and t.is_cuda})
     device = torch.device("cuda", devices[0]) if devices else torch.device("cpu")
-    with torch.random.fork_rng(devices=devices), _module_stack(model, modules):
+    with torch.random.fork_rng(devices=devices), module_stack(model, modules):
         with tracer:
             result = fn(*args, **kwargs)
         _mark_outputs(tracer.calls, result)

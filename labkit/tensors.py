@@ -1,6 +1,8 @@
-"""What the instruments share: storages of tensors, op names, and argument checks."""
+"""What the instruments share: storages of tensors, op names, the module stack, and argument checks."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -39,3 +41,23 @@ def check_not_meta(model: nn.Module, who: str) -> None:
                 f"{who}: parameter {name!r} of {type(model).__name__} is on the meta device: "
                 "materialise it with .to_empty(device=...) first."
             )
+
+
+@contextlib.contextmanager
+def module_stack(model: nn.Module | None, modules: list[str]) -> Iterator[None]:
+    """While inside, `modules` holds the fqns of the submodules of `model` whose forward is running, innermost
+    last (nothing when model is None)."""
+    def leave(module: nn.Module, args: Any, output: Any) -> None:  # a forward hook returning a value would
+        if modules:                                                 # replace the module's output: return None
+            modules.pop()
+
+    handles = []
+    if model is not None:
+        for fqn, mod in model.named_modules():
+            handles.append(mod.register_forward_pre_hook(lambda m, a, fqn=fqn: modules.append(fqn)))
+            handles.append(mod.register_forward_hook(leave))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()

@@ -63,8 +63,9 @@ def recompute_seconds(ops: Sequence[OpRecord], policy: Policy) -> float:
         return sum(r.seconds or 0.0 for r in ops if r.key not in policy.keep)
     if policy.region is None:
         return 0.0
-    return sum(r.seconds or 0.0 for r in ops if r.module == policy.region or r.module.startswith(policy.region + ".")
-               or policy.region == "")
+    region = policy.region  # "" is the whole block
+    return sum(r.seconds or 0.0 for r in ops
+               if region == "" or r.module == region or r.module.startswith(region + "."))
 
 
 @contextlib.contextmanager

@@ -4,11 +4,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labkit.bench.lab04 import long_config
-from labkit.models import GPTStack, gpt_input
+from labkit.bench.lab04 import long_stack
 from labkit.ops import OpRecord, trace
 from labkit.profile import Sizes, sizes
-from labkit.roofline import Ceilings, bound, intensity, measure_ceilings, moves_data, predict_seconds
+from labkit.roofline import Ceilings, achieved, bound, intensity, measure_ceilings, moves_data, predict_seconds
 
 LEAST_SECONDS = 1e-3  # ops faster than this are judged by no bar: timer and cache noise swamp them
 
@@ -18,7 +17,7 @@ def op_rows(records: Sequence[OpRecord], ceilings: Ceilings) -> list[dict[str, A
     rows = []
     for r in filter(moves_data, records):
         rows.append({"name": r.key, "module": r.module, "intensity": intensity(r),
-                     "achieved": intensity(r) * r.bytes_moved / r.seconds,
+                     "achieved": achieved(r),
                      "predicted_s": predict_seconds(r, ceilings), "measured_s": r.seconds,
                      "bound": bound(r, ceilings)})
     return rows
@@ -35,9 +34,8 @@ def worst_ratio(rows: Sequence[dict[str, Any]], least_seconds: float = LEAST_SEC
 def roofline(size: Sizes | None = None) -> dict[str, Any]:
     """The non-view ops of one block of the long-sequence stack (lab 04's) on the measured roofline."""
     size = size or sizes()
-    cfg = long_config(size)
-    block = GPTStack(cfg).blocks[0].to(size.device)  # in training mode: its dropouts draw
-    x = gpt_input(cfg, requires_grad=True, device=size.device)
+    model, x = long_stack(size)
+    cfg, block = model.cfg, model.blocks[0]  # in training mode: its dropouts draw
     records = trace(block, x, model=block, repeats=size.repeats)
     ceilings = measure_ceilings(size.device, cfg.dtype, size)
     rows = op_rows(records, ceilings)
