@@ -3,7 +3,10 @@
 `solutions/NN_name.ipynb` is authored and executed. From it this module makes
   * `notebooks/NN_name.ipynb`: each `### BEGIN SOLUTION` ... `### END SOLUTION`
     region replaced by a stub raising NotImplementedError("Exercise N.M: ..."),
-    outputs and execution counts cleared, everything else identical;
+    outputs and execution counts cleared, and every cell that uses an answer
+    (a name an exercise cell defines, or an earlier lab's, imported from labkit.labs)
+    tagged `raises-exception`, so Run All in JupyterLab goes past a stub to the
+    end of the lab; everything else identical;
   * `labkit/reference/name.py`: the code cells whose first line is `#| export`,
     markers removed, so benchmarks and later labs import the very text the
     solution shows (docs/design.md, "One truth").
@@ -23,6 +26,8 @@ import nbformat
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 EXPORT = "#| export"
+RAISES = "raises-exception"  # JupyterLab (and nbclient) run on past an error in a cell with this tag
+CHECKER = "lk.checks.ex_"  # a checker cell: never tagged, its failure must count
 HEADING = re.compile(r"^#{2,3}\s+Exercise\s+(\d+\.\d+)\s*[:.\u2014-]\s*(.+?)\s*$", re.M)
 
 
@@ -96,17 +101,75 @@ def student_view(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
     """The student notebook of solution `nb` (a new object; `nb` is untouched)."""
     out = nbformat.from_dict(json.loads(json.dumps(nb)))
     exercise = None
+    answers = set()
     for index, cell in enumerate(out.cells):
         if cell.cell_type == "markdown":
             found = HEADING.findall(cell.source)
             if found:
                 exercise = Exercise(*found[-1])
         elif cell.cell_type == "code":
-            cell.source = stub_source(cell.source, exercise, f"{name}, cell {index}")
+            stubbed = stub_source(cell.source, exercise, f"{name}, cell {index}")
+            if stubbed != cell.source:
+                answers.add(index)
+            cell.source = stubbed
             cell.outputs = []
             cell.execution_count = None
             cell.metadata.pop("execution", None)  # docs/design.md, "Quiet diffs"
+    for index in uses_answers(out.cells, answers, name):
+        tags = out.cells[index].metadata.setdefault("tags", [])
+        if RAISES not in tags:
+            tags.append(RAISES)
     return out
+
+
+def _names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """(names a cell binds at top level, names it reads anywhere, function bodies included)."""
+    binds, reads = set(), set()
+    todo = list(tree.body)
+    while todo:  # top-level statements, into if/for/with/try blocks but not into function or class bodies
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            binds.add(node.name)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            binds |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                binds.add(child.id)
+            elif isinstance(child, (ast.stmt, ast.expr, ast.excepthandler, ast.comprehension, ast.withitem)) \
+                    and not isinstance(child, ast.Lambda):
+                todo.append(child)
+    reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return binds, reads
+
+
+def uses_answers(cells: list, answers: set[int], name: str) -> list[int]:
+    """Indices of the code cells that raise while an exercise is a stub: the stub cells whose stub runs at top level,
+    and every cell reading a name an answer cell binds or labkit.labs provides (transitively); checker cells
+    are left out (their failure is the grade)."""
+    tainted: set[str] = set()
+    found = []
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError as e:
+            raise NotebookError(f"{name}, cell {index}: not valid Python ({e.msg}, line {e.lineno})") from None
+        binds, reads = _names(tree)
+        from_reference = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                          and (node.module or "").startswith(("labkit.reference", "labkit.labs")) for a in node.names}
+        if index in answers:
+            tainted |= binds
+            if any(isinstance(node, ast.Raise) for node in tree.body):
+                found.append(index)
+        elif CHECKER in cell.source:
+            continue
+        elif reads & tainted:
+            tainted |= binds
+            found.append(index)
+        tainted |= from_reference
+    return found
 
 
 def _defined_names(source: str, where: str) -> set[str]:
@@ -180,6 +243,16 @@ def module_name(notebook: Path) -> str:
     return re.sub(r"^\d+_", "", notebook.stem) + ".py"
 
 
+def labs_module(notebook: Path) -> str:
+    """Text of `labkit/labs/NAME.py`: the names of a lab's code, from the reference or the student's notebook."""
+    module = module_name(notebook)[:-3]
+    return (f'"""Lab {notebook.name[:2]}\'s code, the `{EXPORT}` cells of {notebook.name}; generated by '
+            f'`python -m labkit student`.\n\n'
+            f"The reference answers (labkit.reference.{module}) where the kit ships them, else your own "
+            f"{notebook.name}:\nsee labkit/labs/__init__.py.\n\"\"\"\n"
+            f"from labkit.labs import lab_code\n\nglobals().update(lab_code({module!r}, {notebook.name!r}))\n")
+
+
 def _views(solutions: Path, root: Path) -> dict[Path, str]:
     """Every generated file (path -> text), computed in memory before anything is written."""
     views: dict[Path, str] = {}
@@ -190,6 +263,7 @@ def _views(solutions: Path, root: Path) -> dict[Path, str]:
         module = reference_module(nb, name)
         if module is not None:
             views[root / "labkit" / "reference" / module_name(path)] = module
+            views[root / "labkit" / "labs" / module_name(path)] = labs_module(path)
     return views
 
 
@@ -226,9 +300,10 @@ def check(root: Path) -> list[str]:
         elif path.read_text() != text:
             detail = _first_difference(text, path) if path.suffix == ".ipynb" else "differs from the solution's export cells"
             problems.append(f"{rel}: out of date ({detail})")
-    for path in sorted((root / "labkit" / "reference").glob("*.py")):
-        if path.name != "__init__.py" and path not in views:
-            problems.append(f"labkit/reference/{path.name}: no solution exports it any more (delete it)")
+    for folder in ("reference", "labs"):
+        for path in sorted((root / "labkit" / folder).glob("*.py")):
+            if path.name != "__init__.py" and path not in views:
+                problems.append(f"labkit/{folder}/{path.name}: no solution exports it any more (delete it)")
     for path in sorted((root / "notebooks").glob("*.ipynb")):
         if path not in views:
             problems.append(f"notebooks/{path.name}: no solutions/{path.name} to generate it from")

@@ -79,7 +79,7 @@ def segments_twice(layers, x, segments, checkpoint=S.checkpoint):
 
 @pytest.mark.parametrize("bug, keyword, what", [
     (_segments(EVEN, last_plain=True), "the last one too", "segments checkpointed"),
-    (_segments(FLOOR), "i * n // k", "the layers the segments start at"),
+    (_segments(FLOOR), "the docstring's bounds", "the layers the segments start at"),
     (_segments(EVEN, fixed=True), "the checkpoint function passed in", "calls of the checkpoint"),
     (segments_twice, "once in forward", "forward calls of each layer"),
     (_segments(EVEN, validate=False), "ValueError that names the value", "checkpoint_segments(<3 layers>, x, 0)"),

@@ -101,7 +101,7 @@ def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> R
 
 
 def recompute(size: Sizes | None = None) -> dict[str, Any]:
-    """The reference from-scratch checkpoint (labkit.reference.recompute, generated from lab 02) against torch's."""
-    from labkit.reference.recompute import checkpoint
+    """The reference from-scratch checkpoint (labkit.labs.recompute: lab 02's code) against torch's."""
+    from labkit.labs.recompute import checkpoint
 
     return recompute_comparison(checkpoint, size).figures()

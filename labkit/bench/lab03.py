@@ -106,8 +106,8 @@ def segments_sweep(checkpoint_segments: Callable[..., torch.Tensor], segment_pea
 
 def segments(size: Sizes | None = None) -> dict[str, Any]:
     """Lab 03's reference checkpoint_segments on the longest chain of the profile (n = 64 on `cpu`)."""
-    from labkit.reference.recompute import checkpoint
-    from labkit.reference.sqrt_n import checkpoint_segments, segment_peak
+    from labkit.labs.recompute import checkpoint
+    from labkit.labs.sqrt_n import checkpoint_segments, segment_peak
 
     size = size or sizes()
     n = max(size.chain_layers)
@@ -135,8 +135,8 @@ def _random_costs(ChainCosts: type, n: int, rng: np.random.Generator) -> Any:
 
 def schedule(size: Sizes | None = None) -> dict[str, Any]:
     """Lab 03's optimal schedule against √n on the heterogeneous chain, at the budget √n needs."""
-    import labkit.reference.sqrt_n as S
-    from labkit.reference.recompute import checkpoint
+    import labkit.labs.sqrt_n as S
+    from labkit.labs.recompute import checkpoint
 
     size = size or sizes()
     n = max(size.chain_layers) // 2

@@ -233,8 +233,8 @@ def standard_policies(ops: Sequence[OpRecord], greedy: Callable, knapsack: Calla
 
 def policies(size: Sizes | None = None) -> dict[str, Any]:
     """Every policy of lab 04 (the reference code, generated from the solution) on the profile's long stack."""
-    from labkit.reference.recompute import checkpoint_hooks
-    from labkit.reference.selective import (checkpoint_selective, greedy_keep, kept_bytes, knapsack_keep,
+    from labkit.labs.recompute import checkpoint_hooks
+    from labkit.labs.selective import (checkpoint_selective, greedy_keep, kept_bytes, knapsack_keep,
                                             selective_keep, torch_policy)
 
     size = size or sizes()

@@ -23,5 +23,6 @@ def ex_0_1(tensor_bytes: Callable[[torch.Tensor], int]) -> None:
         want = t.numel() * t.element_size()
         if got != want:
             raise CheckFailure("0.1", f"bytes of a {t.dtype} tensor of shape {tuple(t.shape)}", want, got,
-                               "bytes = number of elements x bytes per element (t.numel(), t.element_size())")
+                               "a tensor's bytes depend on how many elements it holds and how many bytes each "
+                               "one takes; torch.Tensor has a method for each")
     passed("0.1", f"tensor_bytes is right on {len(cases)} tensors of 4 dtypes")

@@ -12,7 +12,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS, CheckpointPolicy, create_selective_checkpoint_contexts
 
 from labkit.ops import OpRecord, is_random, op_key
-from labkit.reference.recompute import CheckpointError, checkpoint_hooks  # Lab 02's, the one truth
+from labkit.labs.recompute import CheckpointError, checkpoint_hooks  # Lab 02's
 from labkit.tensors import op_name
 
 

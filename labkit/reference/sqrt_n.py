@@ -14,7 +14,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.memory import saved_tensors
-from labkit.reference.recompute import checkpoint  # Lab 02's reentrant checkpoint, the one truth
+from labkit.labs.recompute import checkpoint  # Lab 02's reentrant checkpoint
 
 
 # Exercise 3.1: k segments  (solutions/03_sqrt_n.ipynb, cell c006)

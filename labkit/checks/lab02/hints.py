@@ -54,7 +54,7 @@ RECOMPUTE_RNG_SPEC = ("RecomputeRNG runs like your Recompute, with the RNG state
 AMP_SPEC = ("stash_autocast(*args) returns the autocast settings; restored_autocast(state) is a context manager "
             "that runs its block under them")
 AMP_CONTEXT = ("restored_autocast must be a context manager: decorate it with @contextmanager and yield once "
-               "inside, under torch.autocast(device, dtype=..., enabled=...) for each stashed device type")
+               "inside, while the stashed settings are in force")
 AMP_DTYPE = ("stash the autocast dtype too (torch.get_autocast_dtype(device)) and pass it to torch.autocast: the "
              "forward may have run in float16 as well as bfloat16")
 AMP_ENABLED = ("stash whether autocast was on (torch.is_autocast_enabled(device)) and re-enter it with "
@@ -78,7 +78,8 @@ WARN_ANY = "warn only when no tensor argument requires grad (not any(t.requires_
 STACKLEVEL = "pass stacklevel=2 to warnings.warn, so the warning names the caller's line, not yours"
 USE_RNG = ("with dropout inside fn, use RecomputeRNG.apply, not Recompute.apply: the recompute must replay "
            "the RNG")
-BUILD_ON = "return RecomputeRNG.apply(run, *tensors), run being fn with the non-tensor arguments filled in"
+BUILD_ON = ("build checkpoint on your RecomputeRNG (no autograd.Function of its own): it gets the tensor "
+            "arguments and a function that reruns fn with the other arguments put back")
 CLOSURE = ("run must use the tensors RecomputeRNG passes it (detached copies in backward), not the ones "
            "checkpoint was called with: a closure over args makes the rerun reach back into the layers before "
            "the checkpoint, and keeps the inputs alive as long as the graph")

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 # ---------------------------------------------------------------- Exercise 3.1: segments
-SEG_SPEC = ("checkpoint_segments(layers, x, segments, checkpoint) runs layers[i*n//k:(i+1)*n//k] for i in 0..k-1, "
-            "each under checkpoint(run_layers(...), x)")
-SEG_BOUNDS = ("segment i holds layers[i*n//k : (i+1)*n//k]: compute the bounds as [i * n // k for i in range(k + 1)] "
-              "so the segments differ by at most one layer")
+SEG_SPEC = ("checkpoint_segments cuts the chain into `segments` consecutive pieces, as its docstring says, and "
+            "runs each in order under the checkpoint passed in (run_layers makes one function of a piece)")
+SEG_BOUNDS = ("the segments must start where the docstring's bounds put them, lengths differing by at most one "
+              "layer: compute every bound from the segment's index, not as a multiple of one fixed length")
 SEG_LAST = ("checkpoint every segment, the last one too (unlike torch's checkpoint_sequential): the rule of "
             "this lab, so that the memory model has no special case")
 SEG_ARG = "use the checkpoint function passed in (the `checkpoint` argument), not a fixed one"
@@ -18,7 +18,8 @@ SEG_BAD_CHAIN = ("check the chain first (check_chain): an empty chain is a Value
                  "callable a TypeError")
 
 # ---------------------------------------------------------------- Exercise 3.2: the model
-MODEL_SPEC = "segment_peak(n, k, input_bytes, layer_bytes, extra_bytes) is k·input + ceil(n/k)·layer + extra"
+MODEL_SPEC = ("segment_peak is the text's peak(k): the kept segment inputs, the longest segment's activations "
+              "while it is recomputed, and what backward holds besides")
 MODEL_CEIL = ("the longest segment has ceil(n/k) layers, not n/k rounded down: -(-n // k) in integer "
               "arithmetic")
 MODEL_EXTRA = "add extra_bytes: backward holds gradients and the rerun's output besides the saved activations"
@@ -30,9 +31,9 @@ MODEL_INT = "return Python ints (use // and -(-a // b), not / and math.ceil on f
 # ---------------------------------------------------------------- Exercise 3.3: recursion
 REC_SPEC = ("checkpoint_recursive(layers, x, checkpoint): one layer runs plainly; otherwise checkpoint the first "
             "half with a function that runs checkpoint_recursive on it, then recurse on the second half")
-REC_CALLS = ("each half must recurse: the first half through checkpoint(lambda h: checkpoint_recursive(first, h, "
-             "checkpoint), x), the second directly; the layer calls then follow T(n) = n//2 + T(n//2) + "
-             "T(n - n//2)")
+REC_CALLS = ("each half must recurse: the function you checkpoint for the first half runs the recursion "
+             "itself rather than the layers flat, and the second half recurses directly; the layer calls then "
+             "follow T(n) = n//2 + T(n//2) + T(n - n//2)")
 REC_SPLIT = "split at mid = len(layers) // 2: the first half is layers[:mid]"
 REC_ARG = "pass the checkpoint argument down the recursion and use it, not a fixed one"
 

@@ -27,11 +27,11 @@ BUDGET_CHECK = "start with check_budget(budget, ...): a negative budget is a Val
 
 # ---------------------------------------------------------------- Exercise 4.3: knapsack
 KNAP_SPEC = "knapsack_keep(ops, budget) returns a frozenset of the keys of the candidates it keeps"
-KNAP_FITS = ("kept_bytes must fit the budget (keep_bytes: the block's output is free): round each op's bytes UP to whole units (-(-bytes // unit)) "
-             "and use budget // unit units")
-KNAP_OPTIMAL = ("the set fits but keeps fewer seconds than the best one: for each candidate, walk u from the "
-                "capacity down to its weight, best[u] = max(best[u], best[u - w] + seconds), and read the "
-                "choices back from the last candidate")
+KNAP_FITS = ("kept_bytes must fit the budget (keep_bytes: the block's output is free): in units, round each "
+             "op's weight up and the capacity down, never the other way, so a set that fits in units fits in bytes")
+KNAP_OPTIMAL = ("the set fits but keeps fewer seconds than the best one: a 0/1 knapsack weighs, for every "
+                "candidate and every capacity, leaving it out against taking it (each candidate at most once: "
+                "capacities from high to low), then reads the choices back")
 KNAP_RANDOM = ("the kept random ops must be a suffix of them (random_ok): try each suffix, charge it to the "
                "budget, and fill the rest with the other candidates")
 KNAP_CANDIDATES = "choose among candidates(ops) only: no views, no ops without an output of their own"

@@ -14,5 +14,6 @@ RT_VIEW = "an op that moves no data (not moves_data(r): a view) costs 0"
 # ---------------------------------------------------------------- Exercise 5.2: price
 PRICE_SPEC = "price(ops, seconds_of) returns a list of OpRecords, one per op, in the same order"
 PRICE_SECONDS = "each record's seconds must be seconds_of(that record); every other field unchanged"
-PRICE_ORIGINALS = ("leave the originals as they were: build new records with dataclasses.replace(r, seconds=...) "
-                   "(records are frozen; setting attributes through object.__setattr__ changes the caller's)")
+PRICE_ORIGINALS = ("leave the originals as they were: make a new record for each (dataclasses.replace copies one "
+                   "with a field changed); records are frozen, and setting attributes through object.__setattr__ "
+                   "changes the caller's")
