@@ -1,7 +1,9 @@
-"""Command line: python -m labkit doctor | student [--check] | execute NB... | bench NAME [--json] | gpu-check."""
+"""Command line: python -m labkit doctor | student [--check] | execute NB... | bench NAME [--json] | gpu-check |
+release OUT [--labs 01,02] | grade SUBMISSIONS... [--labs ...] [--out grades.csv]."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -56,6 +58,59 @@ def _gpu_check(args: argparse.Namespace) -> int:
     return main()
 
 
+def _release(args: argparse.Namespace) -> int:
+    from labkit import release
+
+    try:
+        chosen = release.parse_labs(args.labs, release.labs(ROOT))
+        notebooks = release.write(ROOT, Path(args.out), chosen)
+    except release.ReleaseError as e:
+        print(f"labkit release: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote the student bundle of lab {', '.join(chosen)} to {args.out}: "
+          f"{', '.join(p.name for p in notebooks)}; left out the reference answers "
+          f"{', '.join(release.withheld(ROOT, chosen))}")
+    return 0
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from labkit import grade, release
+    from labkit.grade import report
+
+    available = release.labs(ROOT)
+    labs = sorted({f"{int(t):02d}" if t.strip().isdigit() else t.strip() for t in args.labs.split(",")}) \
+        if args.labs else list(available)
+    unknown = [lab for lab in labs if lab not in available]
+    if unknown or not labs:
+        print(f"labkit grade: --labs {args.labs!r}: unknown lab {', '.join(unknown)}; the kit has labs "
+              f"{', '.join(available)}", file=sys.stderr)
+        return 2
+    for name, value in (("--timeout", args.timeout), ("--notebook-timeout", args.notebook_timeout),
+                        ("--memory", args.memory), ("--jobs", args.jobs)):
+        if value is not None and value <= 0:
+            print(f"labkit grade: {name} {value}: must be positive", file=sys.stderr)
+            return 2
+    limits = dict(grade.LIMITS, cell_timeout=args.timeout or grade.LIMITS["cell_timeout"],
+                  notebook_timeout=args.notebook_timeout or grade.LIMITS["notebook_timeout"],
+                  memory_gib=args.memory or grade.LIMITS["memory_gib"], profile=args.profile)
+    out = Path(args.out).resolve()
+    sandboxed = "bubblewrap, network off" if not args.no_sandbox else "NONE (--no-sandbox)"
+    print(f"labkit grade: limits: cell {limits['cell_timeout']:g} s, notebook {limits['notebook_timeout']:g} s, "
+          f"memory {limits['memory_gib']:g} GiB, profile {args.profile}, {args.jobs} at a time; sandbox: {sandboxed}")
+    hidden = [ROOT, out.parent, Path.home()]
+    try:
+        rows = grade.grade(ROOT, [Path(p).resolve() for p in args.submissions], labs, limits, args.jobs, hidden,
+                           use_sandbox=not args.no_sandbox,
+                           executed=Path(args.executed).resolve() if args.executed else None)
+    except grade.GradeError as e:
+        print(f"labkit grade: {e}", file=sys.stderr)
+        return 2
+    report.write(rows, out, args.json, limits)
+    print(report.summary(rows))
+    print(f"labkit grade: {len(rows)} rows written to {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one subcommand; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
@@ -72,6 +127,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=_bench)
     sub.add_parser("gpu-check", help="GPU-only tests and benchmarks, summary table last").set_defaults(run=_gpu_check)
+    p = sub.add_parser("release", help="write the student bundle of some labs, without their reference answers")
+    p.add_argument("out", help="a new (or empty) folder")
+    p.add_argument("--labs", help="comma-separated lab numbers, in order, none skipped (default: all)")
+    p.set_defaults(run=_release)
+    p = sub.add_parser("grade", help="grade returned notebooks, each rebuilt from the pristine one, in a sandbox")
+    p.add_argument("submissions", nargs="+", help="notebooks, or folders searched for them")
+    p.add_argument("--labs", help="comma-separated lab numbers to grade (default: all)")
+    p.add_argument("--out", default="grades.csv", help="the gradebook (default grades.csv)")
+    p.add_argument("--json", action="store_true", help="write JSON (limits and rows) instead of CSV")
+    p.add_argument("--timeout", type=float, help="seconds per cell (default 60, sized for the tiny profile)")
+    p.add_argument("--notebook-timeout", type=float, help="seconds per notebook (default 300)")
+    p.add_argument("--memory", type=float, help="GiB of address space per submission (default 4)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions at a time (default: cores)")
+    p.add_argument("--profile", default="tiny", choices=("tiny", "cpu", "gpu"), help="LABKIT_PROFILE (default tiny)")
+    p.add_argument("--executed", help="a folder to keep each submission's executed notebook in")
+    p.add_argument("--no-sandbox", action="store_true", help="no bubblewrap: only for notebooks you trust")
+    p.set_defaults(run=_grade)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -18,7 +18,7 @@ def _sources() -> list[Path]:
     """Hand-written and generated text of the kit: code, tests, tools, notes, notebooks, Makefile."""
     files = [*ROOT.glob("labkit/**/*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("tools/*.py"),
              *ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), *ROOT.glob("solutions/*.ipynb"),
-             *ROOT.glob("notebooks/*.ipynb"), ROOT / "Makefile", ROOT / "pyproject.toml"]
+             *ROOT.glob("notebooks/*.ipynb"), ROOT / "Makefile", ROOT / "tools" / "kit.mk", ROOT / "pyproject.toml"]
     return sorted(f for f in files if f.is_file() and f.name != "test_docs.py")  # this file holds examples
 
 

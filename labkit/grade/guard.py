@@ -1,0 +1,123 @@
+"""Inside a graded kernel: what a student's answer may not change, watched and put back before each checker.
+
+`arm()` runs first in the rebuilt notebook (before any student code) and notes every object a checker relies
+on: the functions and classes of labkit's modules, torch's and Python's functions a check calls, and the
+IPython machinery that reports a cell's error (custom exception handlers, input and AST transformers, event
+callbacks, sys hooks). `verify()` runs at the top of every checker cell: whatever changed since is put back,
+and one line names it, which the grader turns into a `tampered` mark on the exercises whose answer cells ran
+since the last check. Code running in the same process can defeat any such watch if it studies it; the
+sandbox around the kernel, the pristine checker cells and the static scan of answer cells are the other walls.
+"""
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+MARK = "[labkit grade] put back, changed by an answer:"
+_MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.autograd", "torch.testing", "torch.utils.checkpoint",
+            "numpy", "math", "builtins", "os", "importlib")
+_SHELL_LISTS = ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")
+_SHELL_ATTRS = ("CustomTB", "custom_exceptions", "showtraceback", "_showtraceback", "showsyntaxerror", "run_cell",
+                "run_ast_nodes", "run_code", "run_cell_async", "system", "displayhook")
+_SYS = ("displayhook", "meta_path", "path_hooks")
+_MOVING = {("builtins", "input"), ("builtins", "getpass")}  # the kernel swaps these around every cell
+_state: dict[str, Any] = {}
+
+
+def _function_parts(f: Any) -> tuple:
+    return tuple(getattr(f, a, None) for a in ("__code__", "__defaults__", "__kwdefaults__"))
+
+
+def _watched() -> dict[tuple, tuple[Any, Any]]:
+    """(where, name) -> (object, restore) for everything watched now."""
+    found: dict[tuple, tuple[Any, Any]] = {}
+    modules = [m for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType)
+               and (n == "labkit" or n.startswith("labkit.") or n in _MODULES)]
+    classes = []
+    for module in modules:
+        for name, value in list(vars(module).items()):
+            if (module.__name__, name) in _MOVING:
+                continue
+            found[(module.__name__, name)] = (value, module)
+            if isinstance(value, types.FunctionType):
+                found[(module.__name__, name, "code")] = (_function_parts(value), value)
+            elif isinstance(value, type) and (getattr(value, "__module__", "") or "").startswith("labkit"):
+                classes.append(value)
+    import torch
+
+    for cls in classes + [torch.Tensor, torch.nn.Module, torch.autograd.Function]:
+        for name, value in list(vars(cls).items()):
+            found[(f"{cls.__module__}.{cls.__qualname__}", name)] = (value, cls)
+    for name in _SYS:
+        found[("sys", name)] = (getattr(sys, name), sys)
+    found[("sys", "gettrace")] = (sys.gettrace(), "trace")
+    found[("sys", "getprofile")] = (sys.getprofile(), "profile")
+    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+    if shell is not None:
+        for name in _SHELL_ATTRS:  # an instance attribute set over the class's method, or the class's own
+            own = name in vars(shell)
+            found[("shell", name)] = (vars(shell)[name] if own else getattr(type(shell), name, None), ("shell", shell, own))
+        for name in _SHELL_LISTS:
+            found[("shell", name)] = (tuple(getattr(shell, name, ())), ("list", shell))
+        found[("shell", "events")] = ({k: tuple(v) for k, v in shell.events.callbacks.items()}, ("events", shell))
+    return found
+
+
+def arm() -> None:
+    """Note what is watched; run once, before any student code."""
+    import torch._dynamo  # noqa: F401  (importing it wraps torch.manual_seed and more: let that happen first)
+
+    import labkit  # noqa: F401  (the kit's modules are what a checker relies on)
+
+    _state["watched"] = _watched()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a is b
+
+
+def _put_back(key: tuple, value: Any, owner: Any) -> None:
+    if owner == "trace":
+        sys.settrace(value)
+    elif owner == "profile":
+        sys.setprofile(value)
+    elif isinstance(owner, tuple) and owner[0] == "list":
+        getattr(owner[1], key[1])[:] = list(value)
+    elif isinstance(owner, tuple) and owner[0] == "shell":
+        shell, own = owner[1], owner[2]
+        if own:
+            setattr(shell, key[1], value)
+        else:
+            vars(shell).pop(key[1], None)
+            if getattr(type(shell), key[1], None) is not value:
+                setattr(type(shell), key[1], value)
+    elif isinstance(owner, tuple) and owner[0] == "events":
+        for event, callbacks in value.items():
+            owner[1].events.callbacks[event][:] = list(callbacks)
+    elif len(key) == 3:  # a function's code, defaults or keyword defaults
+        owner.__code__, owner.__defaults__, owner.__kwdefaults__ = value
+    else:
+        setattr(owner, key[1], value)
+
+
+def verify() -> list[str]:
+    """Put back whatever changed since arm(); print one line naming it (nothing when all is as it was)."""
+    before: dict = _state.get("watched") or {}
+    now = _watched()
+    changed = []
+    for key, (value, owner) in before.items():
+        if key not in now or not _same(now[key][0], value):
+            changed.append(".".join(str(k) for k in key[:2]))
+            try:
+                _put_back(key, value, owner)
+            except Exception:  # noqa: BLE001  (a read-only attribute: reported all the same)
+                pass
+    if changed:
+        print(MARK, ", ".join(sorted(set(changed))[:8]))
+    return changed
+

@@ -1,0 +1,157 @@
+"""A returned notebook, rebuilt from the pristine one: only its answer cells are the student's.
+
+The pristine student notebook of a lab is the grading copy. Its answer cells (those holding an exercise stub)
+are matched by cell id in the returned file and take that cell's source; every other cell, checker cells
+included, with all metadata and tags, comes from the pristine copy, and no output or execution count of the
+returned file is kept. A first cell arms the in-kernel guard, and each checker cell starts by verifying it
+(guard.py). Answer cells are also read for what an answer has no business doing (`scan`).
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+STUB = re.compile(r'raise NotImplementedError\("Exercise (\d+\.\d+)')
+CHECKER = re.compile(r"\blk\.checks\.ex_(\d+)_(\d+)\(")
+PRELUDE = "import labkit.grade.guard as _labkit_guard\n_labkit_guard.arm()"
+VERIFY = "import labkit.grade.guard as _labkit_guard; _labkit_guard.verify()\n"
+# What an answer never needs: the grader's and checkers' insides, IPython's error machinery, tracing, reloading.
+FORBIDDEN_NAMES = {"get_ipython", "settrace", "setprofile", "set_custom_exc", "input_transformers_cleanup",
+                   "input_transformers_post", "ast_transformers", "_labkit_guard", "__code__", "__defaults__",
+                   "__kwdefaults__", "__globals__", "reload", "get_referrers", "get_objects", "ctypes"}
+WATCHED_ROOTS = {"lk", "labkit", "builtins", "sys"}  # no attribute of these is an answer's to set
+WATCHED_OWNERS = {"torch", "torch.Tensor", "torch.nn.Module", "torch.nn.functional", "torch.autograd",
+                  "torch.autograd.Function", "torch.testing", "torch.utils.checkpoint", "np", "numpy", "math", "os"}
+
+
+def _watched(dotted: str) -> bool:
+    """Is `dotted` (a.b.c) an attribute of something the checkers rely on?"""
+    return dotted.split(".")[0] in WATCHED_ROOTS or dotted.rpartition(".")[0] in WATCHED_OWNERS
+
+
+@dataclass
+class Pristine:
+    """A lab's grading copy: its notebook, its exercises in order, and which cells answer or check which."""
+
+    lab: str
+    path: Path
+    nb: nbformat.NotebookNode
+    exercises: list[str] = field(default_factory=list)
+    answers: dict[str, list[str]] = field(default_factory=dict)  # cell id -> exercises it answers
+    checkers: dict[str, list[str]] = field(default_factory=dict)  # cell id -> exercises it checks
+
+    @classmethod
+    def read(cls, lab: str, path: Path) -> "Pristine":
+        nb = nbformat.read(path, as_version=4)
+        self = cls(lab, path, nb)
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            stubs = STUB.findall(cell.source)
+            checks = [f"{a}.{b}" for a, b in CHECKER.findall(cell.source)]
+            if stubs:
+                self.answers[cell.id] = sorted(set(stubs))
+            if checks:
+                self.checkers[cell.id] = checks
+                self.exercises += [e for e in checks if e not in self.exercises]
+        return self
+
+
+def match(submission: nbformat.NotebookNode, pristine: Pristine) -> float:
+    """The share of the pristine notebook's text cells found unchanged in the submission (1.0: all of them).
+
+    Text, not cell ids: the labs number their cells alike (c000, c001, ...), and students rarely edit the prose."""
+    def texts(nb):
+        return {"".join(c.source) if isinstance(c.get("source"), list) else c.get("source", "")
+                for c in nb.cells if c.get("cell_type") == "markdown"}
+    mine = texts(pristine.nb)
+    return len(mine & texts(submission)) / max(1, len(mine))
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def scan(source: str) -> list[str]:
+    """What an answer cell does that an answer has no business doing, one phrase each (empty: nothing)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []  # it will fail when run, and be graded as such
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            for name in names:
+                if name.startswith(("labkit.reference", "labkit.grade", "labkit.checks", "importlib", "ctypes")):
+                    found.append(f"imports {name}")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and _watched(_dotted(target)):
+                    found.append(f"assigns {_dotted(target)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            if node.args and (_watched(_dotted(node.args[0]) + ".x") or _dotted(node.args[0]) in WATCHED_ROOTS):
+                found.append(f"calls {node.func.id} on {_dotted(node.args[0])}")
+        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            found.append(f"uses {node.id}")
+        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_NAMES:
+            found.append(f"uses .{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "labkit.reference" in node.value:
+            found.append("names labkit.reference in a string")
+    return sorted(set(found))
+
+
+@dataclass
+class Rebuilt:
+    """The notebook to run, and what the rebuild learnt: answer cell ids found, and scan findings per exercise."""
+
+    nb: nbformat.NotebookNode
+    found: set[str]
+    flags: dict[str, list[str]]
+
+
+def _answer_source(source: str) -> str:
+    """The student's cell as run: nbval's comment markers dropped (they mean nothing to the grader)."""
+    return "\n".join(line for line in source.splitlines() if not re.match(r"\s*#\s*NBVAL_", line))
+
+
+def rebuild(submission: nbformat.NotebookNode, pristine: Pristine) -> Rebuilt:
+    """The pristine notebook with the submission's answer cells put in (by id); see the module docstring."""
+    returned = {c.get("id"): c for c in submission.cells if c.get("cell_type") == "code"}
+    nb = nbformat.from_dict(nbformat.reads(nbformat.writes(pristine.nb), as_version=4))
+    found, flags = set(), {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        role = "given"
+        if cell.id in pristine.answers:
+            role = "answer"
+            mine = returned.get(cell.id)
+            if mine is not None and isinstance(mine.get("source"), (str, list)):
+                source = mine.source if isinstance(mine.source, str) else "".join(mine.source)
+                cell.source = _answer_source(source)
+                found.add(cell.id)
+                for finding in scan(cell.source):
+                    for ex in pristine.answers[cell.id]:
+                        flags.setdefault(ex, []).append(finding)
+        elif cell.id in pristine.checkers:
+            role = "checker"
+            cell.source = VERIFY + cell.source
+        cell.outputs, cell.execution_count = [], None
+        cell.metadata["labkit_grade"] = {"role": role, "exercises": pristine.answers.get(cell.id)
+                                         or pristine.checkers.get(cell.id) or []}
+    prelude = nbformat.v4.new_code_cell(PRELUDE)
+    prelude.metadata["labkit_grade"] = {"role": "prelude", "exercises": []}
+    nb.cells.insert(0, prelude)
+    return Rebuilt(nb, found, flags)

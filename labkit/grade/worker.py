@@ -1,0 +1,82 @@
+"""Inside the sandbox: run one rebuilt notebook cell by cell and report what each cell did, nothing more.
+
+`python -m labkit.grade.worker NOTEBOOK --fd N --cell-timeout S --executed OUT` writes one JSON line per code
+cell to file descriptor N, a pipe only this process holds (the kernel it starts does not inherit it, so
+student code cannot write to it): the cell's index, status (`ok`, `error`, `timeout`, `dead`), the error's
+name and value, its stdout, and seconds. The grader outside the sandbox turns these into grades.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+
+def _stdout(cell: nbformat.NotebookNode) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == "stdout")
+
+
+def _error(cell: nbformat.NotebookNode) -> tuple[str, str]:
+    for o in cell.outputs:
+        if o.output_type == "error":
+            return o.ename, o.evalue
+    return "", ""
+
+
+def run(path: Path, report, cell_timeout: float, executed: Path | None) -> None:
+    """Execute `path` in its folder, reporting each code cell to `report` (a text file)."""
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=False,
+                            interrupt_on_timeout=True, resources={"metadata": {"path": str(path.parent)}})
+    try:
+        with client.setup_kernel():
+            for index, cell in enumerate(nb.cells):
+                if cell.cell_type != "code":
+                    continue
+                start, status = time.monotonic(), "ok"
+                try:
+                    client.execute_cell(cell, index)
+                except CellExecutionError:
+                    status = "error"
+                except CellTimeoutError:
+                    status = "timeout"
+                except DeadKernelError:
+                    status = "dead"
+                seconds = time.monotonic() - start
+                ename, evalue = _error(cell)
+                if status == "error" and ename == "KeyboardInterrupt" and seconds >= cell_timeout:
+                    status = "timeout"  # nbclient interrupted the cell at the timeout
+                report.write(json.dumps({"cell": index, "status": status, "ename": ename, "evalue": evalue[:2000],
+                                         "stdout": _stdout(cell)[-4000:], "seconds": round(seconds, 2)}) + "\n")
+                report.flush()
+                if status == "dead":
+                    break
+    finally:
+        if executed is not None:
+            nbformat.write(nb, executed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labkit.grade.worker")
+    parser.add_argument("notebook", type=Path)
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--cell-timeout", type=float, required=True)
+    parser.add_argument("--executed", type=Path)
+    parser.add_argument("--memory", type=int, help="bytes of address space for this process and the kernel")
+    args = parser.parse_args(argv)
+    if args.memory:
+        resource.setrlimit(resource.RLIMIT_AS, (args.memory, args.memory))
+    with os.fdopen(args.fd, "w") as report:
+        run(args.notebook, report, args.cell_timeout, args.executed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+# The kit's install and serve rules: included by the repository's Makefile, and the whole
+# Makefile of a student bundle (`python -m labkit release`). See README.md.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PORT   ?= 8888
+# torch is installed on its own, pinned, before the kit: an unpinned `torch`
+# can pull a CUDA build of several GB onto a CPU machine. Where the Python that
+# builds the venv already imports torch (a GPU hub image), that torch is kept.
+TORCH_SPEC ?= torch==2.13.0
+# Extra pip arguments for torch alone, e.g. a CPU wheel index on a Linux laptop.
+TORCH_PIP_ARGS ?=
+STAMP  := $(VENV)/.installed
+
+.PHONY: lab doctor clean
+
+$(STAMP): pyproject.toml
+	@if [ ! -x $(PY) ]; then \
+	  if $(PYTHON) -c 'import torch' 2>/dev/null; then \
+	    echo "labkit: $(PYTHON) already imports torch $$($(PYTHON) -c 'import torch; print(torch.__version__)'); the venv will reuse it"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else \
+	    $(PYTHON) -m venv $(VENV); \
+	  fi; \
+	fi
+	@if ! $(PY) -c 'import torch' 2>/dev/null; then \
+	  echo "labkit: installing $(TORCH_SPEC)"; \
+	  $(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
+	fi
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+# Jupyter refuses root unless told; containers often run as root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+lab: $(STAMP)
+	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=notebooks $(ROOT_FLAG)
+
+doctor: $(STAMP)
+	$(PY) -m labkit doctor
+
+clean:
+	rm -rf $(VENV) *.egg-info
