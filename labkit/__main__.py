@@ -97,6 +97,7 @@ def _grade(args: argparse.Namespace) -> int:
     sandboxed = "bubblewrap, network off" if not args.no_sandbox else "NONE (--no-sandbox)"
     print(f"labkit grade: limits: cell {limits['cell_timeout']:g} s, notebook {limits['notebook_timeout']:g} s, "
           f"memory {limits['memory_gib']:g} GiB, profile {args.profile}, {args.jobs} at a time; sandbox: {sandboxed}")
+    out.parent.mkdir(parents=True, exist_ok=True)  # made now, so the sandbox covers it with a decoy
     hidden = [ROOT, out.parent, Path.home()]
     try:
         rows = grade.grade(ROOT, [Path(p).resolve() for p in args.submissions], labs, limits, args.jobs, hidden,

@@ -151,7 +151,7 @@ def rebuild(submission: nbformat.NotebookNode, pristine: Pristine) -> Rebuilt:
         cell.outputs, cell.execution_count = [], None
         cell.metadata["labkit_grade"] = {"role": role, "exercises": pristine.answers.get(cell.id)
                                          or pristine.checkers.get(cell.id) or []}
-    prelude = nbformat.v4.new_code_cell(PRELUDE)
+    prelude = nbformat.v4.new_code_cell(PRELUDE, id="labkit-grade-prelude")
     prelude.metadata["labkit_grade"] = {"role": "prelude", "exercises": []}
     nb.cells.insert(0, prelude)
     return Rebuilt(nb, found, flags)

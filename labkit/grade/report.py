@@ -63,7 +63,10 @@ def classify(student: str, lab: str, exercises: list[str], cells: list[dict], ev
         ev = events.get(cell["index"])
         if cell["role"] == "answer" and ev is not None:
             pending += cell["exercises"]
-            if ev["ename"]:
+            if ev["status"] == "timeout":
+                for ex in cell["exercises"]:
+                    answer_error[ex] = "timeout"
+            elif ev["ename"]:
                 for ex in cell["exercises"]:
                     answer_error[ex] = f"{ev['ename']}: {_first_line(ev['evalue'])}"[:200]
         if cell["role"] != "checker" or ev is None:
@@ -76,7 +79,9 @@ def classify(student: str, lab: str, exercises: list[str], cells: list[dict], ev
             seconds[ex] += ev["seconds"]
             if status.get(ex, ("passed",))[0] == "passed" or ex not in status:
                 kind, message = _checked(ev, ex, limits["cell_timeout"])
-                if kind in ("failed", "error", "not attempted") and ex in answer_error:
+                if kind != "passed" and answer_error.get(ex) == "timeout":
+                    kind, message = "timeout", f"the exercise cell ran past the cell timeout ({limits['cell_timeout']:g} s)"
+                elif kind in ("failed", "error", "not attempted") and ex in answer_error:
                     message += f" (the exercise cell raised {answer_error[ex]})"
                 status[ex] = (kind, message)
     ungraded = [ex for ex in exercises if ex not in status]

@@ -51,8 +51,8 @@ def run(path: Path, report, cell_timeout: float, executed: Path | None) -> None:
                     status = "dead"
                 seconds = time.monotonic() - start
                 ename, evalue = _error(cell)
-                if status == "error" and ename == "KeyboardInterrupt" and seconds >= cell_timeout:
-                    status = "timeout"  # nbclient interrupted the cell at the timeout
+                if status == "error" and seconds >= cell_timeout:
+                    status = "timeout"  # nbclient interrupted it (KeyboardInterrupt, or what the code made of it)
                 report.write(json.dumps({"cell": index, "status": status, "ename": ename, "evalue": evalue[:2000],
                                          "stdout": _stdout(cell)[-4000:], "seconds": round(seconds, 2)}) + "\n")
                 report.flush()
