@@ -5,6 +5,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 .PHONY: test student solutions
 
 test: $(STAMP)
+	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the labkit grade tests that need its sandbox are skipped"
 	$(PY) -m labkit student --check
 	LABKIT_PROFILE=tiny $(PY) -m pytest -q tests
 	LABKIT_PROFILE=cpu $(PY) -m pytest -q $(NBVAL) solutions

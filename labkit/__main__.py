@@ -21,7 +21,7 @@ def _student(args: argparse.Namespace) -> int:
             if problems:
                 print("Regenerate with `make student` (python -m labkit student).", file=sys.stderr)
                 return 1
-            print("labkit student --check: notebooks/ and labkit/reference/ are current")
+            print("labkit student --check: notebooks/, labkit/reference/ and labkit/labs/ are current")
             return 0
         for path in student.write(ROOT):
             print(f"wrote {path.relative_to(ROOT)}")
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="check this environment; exit 1 if something is broken").set_defaults(run=_doctor)
-    p = sub.add_parser("student", help="regenerate notebooks/ and labkit/reference/ from solutions/")
+    p = sub.add_parser("student", help="regenerate notebooks/, labkit/reference/ and labkit/labs/ from solutions/")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything is out of date")
     p.set_defaults(run=_student)
     p = sub.add_parser("execute", help="execute notebooks in place (outputs kept)")

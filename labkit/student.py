@@ -101,7 +101,7 @@ def student_view(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
     """The student notebook of solution `nb` (a new object; `nb` is untouched)."""
     out = nbformat.from_dict(json.loads(json.dumps(nb)))
     exercise = None
-    answers = set()
+    answers: dict[int, str] = {}  # answer cell index -> its solution source
     for index, cell in enumerate(out.cells):
         if cell.cell_type == "markdown":
             found = HEADING.findall(cell.source)
@@ -110,7 +110,7 @@ def student_view(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
         elif cell.cell_type == "code":
             stubbed = stub_source(cell.source, exercise, f"{name}, cell {index}")
             if stubbed != cell.source:
-                answers.add(index)
+                answers[index] = cell.source
             cell.source = stubbed
             cell.outputs = []
             cell.execution_count = None
@@ -143,7 +143,7 @@ def _names(tree: ast.Module) -> tuple[set[str], set[str]]:
     return binds, reads
 
 
-def uses_answers(cells: list, answers: set[int], name: str) -> list[int]:
+def uses_answers(cells: list, answers: dict[int, str], name: str) -> list[int]:
     """Indices of the code cells that raise while an exercise is a stub: the stub cells whose stub runs at top level,
     and every cell reading a name an answer cell binds or labkit.labs provides (transitively); checker cells
     are left out (their failure is the grade)."""
@@ -160,7 +160,7 @@ def uses_answers(cells: list, answers: set[int], name: str) -> list[int]:
         from_reference = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                           and (node.module or "").startswith(("labkit.reference", "labkit.labs")) for a in node.names}
         if index in answers:
-            tainted |= binds
+            tainted |= binds | _names(ast.parse(answers[index]))[0]  # what the solution binds, the stub may not
             if any(isinstance(node, ast.Raise) for node in tree.body):
                 found.append(index)
         elif CHECKER in cell.source:

@@ -267,3 +267,26 @@ def test_ex_1_2_first_case_tells_every_mistake_apart():
     for module in BLOCK_MODULES:
         values = [v for v, _ in _block_mistakes(module, cfg)]
         assert len(set(values)) == len(values), module
+
+
+# ---------------------------------------------------------------- every checker: its message, never its source
+def test_a_failing_checker_raises_without_its_frames_or_prints_in_jupyterlab(monkeypatch, capsys):
+    import traceback
+
+    import labkit as lk
+
+    monkeypatch.setenv("LABKIT_CHECKS", "raise")
+    with pytest.raises(CheckFailure) as info:
+        lk.checks.ex_0_1(lambda t: 1)
+    files = {f.filename for f in traceback.extract_tb(info.value.__traceback__)}
+    assert not any("checks/lab00" in f for f in files), files
+    assert "Hint:" in str(info.value)
+
+    def broken(t):
+        return t.no_such_attribute
+
+    with pytest.raises(CheckFailure, match="AttributeError.*no_such_attribute"):
+        lk.checks.ex_0_1(broken)
+    monkeypatch.setenv("LABKIT_CHECKS", "show")
+    assert lk.checks.ex_0_1(lambda t: 1) is None
+    assert "[ex 0.1]" in capsys.readouterr().err

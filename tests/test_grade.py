@@ -57,11 +57,11 @@ def save(nb: nbformat.NotebookNode, path: Path) -> Path:
     return path
 
 
-def run_grade(tmp_path: Path, folder: Path, *extra: str) -> tuple[dict[tuple[str, str], dict], str, float]:
+def run_grade(tmp_path: Path, folder: Path, *extra: str, labs: str = LAB) -> tuple[dict[tuple[str, str], dict], str, float]:
     """`python -m labkit grade folder --labs 02`; rows by (student, exercise), the terminal output, seconds."""
     out = tmp_path / "book" / "grades.csv"
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "labkit", "grade", str(folder), "--labs", LAB, "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "labkit", "grade", str(folder), "--labs", labs, "--out", str(out),
                            *extra], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     seconds = time.perf_counter() - start
     assert done.returncode == 0, done.stderr[-2000:]
@@ -201,6 +201,22 @@ def test_a_checker_that_prints_no_pass_line_did_not_pass():
 
 
 # ---------------------------------------------------------------- whole classes, in the sandbox
+@needs_bwrap
+@pytest.mark.slow
+def test_every_completed_lab_passes_grading(tmp_path):
+    """The solutions' answers, returned without outputs: every exercise of every lab passes, none is flagged."""
+    solutions = sorted((ROOT / "solutions").glob("*.ipynb"))
+    for solution in solutions:
+        nb = nbformat.read(solution, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        save(nb, tmp_path / "class" / "solved" / solution.name)
+    rows, _, _ = run_grade(tmp_path, tmp_path / "class", "--jobs", "2", labs=",".join(p.name[:2] for p in solutions))
+    assert {r["lab"] for r in rows.values()} == {p.name[:2] for p in solutions}
+    assert {k: r["message"] for k, r in rows.items() if r["status"] != "passed"} == {}
+
+
 @pytest.fixture(scope="module")
 def tamper_grades(tmp_path_factory):
     """One grading run over the tamper suite: each notebook tampers with some exercises and answers the others."""

@@ -251,3 +251,56 @@ def test_every_region_becomes_one_stub_and_the_rest_is_kept(drawn):
     # the exported text keeps everything but the markers
     exported = student.export_source(student.EXPORT + "\n" + source, "nb, cell 0")
     assert exported.strip("\n") == "\n".join(kept).strip("\n")
+
+
+# ---------------------------------------------------------------- Run All goes past stubs (raises-exception tags)
+def test_cells_that_use_an_answer_are_tagged_and_checkers_never():
+    nb = make_nb(new_markdown_cell("## Exercise 1.2: double it"),
+                 solved_cell("def f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+                 solved_cell("lk.checks.ex_1_2(f)"),
+                 solved_cell("y = f(3)"),
+                 solved_cell("def g():\n    z = 1\n    return z"),
+                 solved_cell("print(y + 1)"),
+                 solved_cell("from labkit.labs.recompute import checkpoint\nw = 2"),
+                 solved_cell("checkpoint(print, w)"),
+                 solved_cell("print(w, z)" if False else "print(w)"))
+    view = student.student_view(nb, "t.ipynb")
+    tagged = [i for i, c in enumerate(view.cells) if student.RAISES in c.metadata.get("tags", [])]
+    assert tagged == [3, 5, 7], "f's users (y, then y's), and an earlier lab's code; not g, w alone, or the checker"
+    assert student.RAISES not in nb.cells[3].metadata.get("tags", []), "the solution keeps no tag"
+
+
+def test_a_stub_at_the_top_level_of_a_cell_tags_that_cell():
+    nb = make_nb(new_markdown_cell("## Exercise 1.1: a number"),
+                 solved_cell("### BEGIN SOLUTION\nanswer = 42\n### END SOLUTION"), solved_cell("print(answer)"))
+    view = student.student_view(nb, "t.ipynb")
+    assert [student.RAISES in c.metadata.get("tags", []) for c in view.cells] == [False, True, True]
+
+
+# ---------------------------------------------------------------- labkit.labs: the reference, else the student's notebook
+def test_labs_modules_are_generated_for_every_exporting_lab():
+    names = {p.name for p in (ROOT / "labkit" / "reference").glob("*.py")} - {"__init__.py"}
+    assert names == {p.name for p in (ROOT / "labkit" / "labs").glob("*.py")} - {"__init__.py"}
+
+
+def test_without_the_reference_a_lab_s_code_is_the_student_s_own_notebook(tmp_path, monkeypatch):
+    import labkit.labs
+    from labkit.labs import your_code
+
+    monkeypatch.setattr(labkit.labs, "places", lambda: [tmp_path])
+    with pytest.raises(ImportError, match="02_recompute.ipynb, which is not in"):
+        your_code("recompute", "02_recompute.ipynb")
+    (tmp_path / "02_recompute.ipynb").write_text((ROOT / "notebooks" / "02_recompute.ipynb").read_text())
+    stubbed = your_code("recompute", "02_recompute.ipynb")
+    with pytest.raises(NotImplementedError, match="Exercise 2.4"):
+        stubbed["checkpoint"](lambda x: x, None)
+    (tmp_path / "02_recompute.ipynb").write_text((ROOT / "solutions" / "02_recompute.ipynb").read_text())
+    solved = your_code("recompute", "02_recompute.ipynb")
+    import torch
+
+    x = torch.ones(3, requires_grad=True)
+    solved["checkpoint"](lambda t: (t * 2).sin(), x).sum().backward()
+    assert torch.equal(x.grad, 2 * torch.cos(2 * torch.ones(3)))
+    (tmp_path / "02_recompute.ipynb").write_text('{"cells": [')
+    with pytest.raises(ImportError, match="not a readable notebook"):
+        your_code("recompute", "02_recompute.ipynb")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import linecache
 import os
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,9 @@ def your_code(module: str, notebook: str) -> dict[str, Any]:
         nb = nbformat.read(path, as_version=4)
     except Exception as e:  # not JSON, not a notebook: the student's file, named
         raise ImportError(f"labkit.labs.{module}: {path} is not a readable notebook ({e})") from None
-    namespace: dict[str, Any] = {"__name__": f"labkit.labs.{module}"}
+    yours = types.ModuleType(f"labkit.yours.{module}", f"Lab code of your {notebook}")
+    sys.modules[yours.__name__] = yours  # dataclasses, pickle and inspect look a class's module up here
+    namespace = vars(yours)
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or not cell.source.startswith(EXPORT):
             continue
