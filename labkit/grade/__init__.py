@@ -83,7 +83,8 @@ class Grader:
         scores = {lab: match(nb, p) for lab, p in self.pristine.items()} if nb is not None else {}
         best = max(scores, key=scores.get) if scores and max(scores.values()) >= 0.5 else None
         if best is not None and best not in self.labs:
-            return expected, f"this is the notebook of Lab {best} ({self.notebooks[best].name}), not Lab {expected}"
+            wanted = f"Lab {expected}" if expected else f"a lab graded here ({', '.join(self.labs)})"
+            return expected, f"this is the notebook of Lab {best} ({self.notebooks[best].name}), not {wanted}"
         return best or expected, ""
 
     def rows_for(self, student: str, lab: str | None, status: str, message: str) -> list[Row]:
@@ -137,7 +138,9 @@ class Grader:
         """Run the worker on run/name; (events by cell index, how it ended)."""
         read, write = os.pipe()
         inner_run = Path(sandbox.INNER_RUN) if self.box else run
-        inner = [sys.executable, "-m", "labkit.grade.worker", str(inner_run / name), "--fd", str(write),
+        package = self.box.package if self.box else copy
+        # the worker by its path, not `-m labkit.grade.worker`: importing the labkit package would import torch
+        inner = [sys.executable, str(package / "grade" / "worker.py"), str(inner_run / name), "--fd", str(write),
                  "--cell-timeout", str(self.limits["cell_timeout"]), "--executed", str(inner_run / "executed.ipynb"),
                  "--memory", str(int(self.limits["memory_gib"] * 2**30))]
         if self.box:
@@ -178,10 +181,10 @@ class Grader:
 def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: int, hidden: list[Path],
           use_sandbox: bool = True, executed: Path | None = None, progress: bool = True) -> list[Row]:
     """Rows for every submission under `paths`, graded `jobs` at a time."""
-    if use_sandbox and sandbox.bwrap() is None:
-        raise GradeError("bubblewrap (bwrap) is not installed: labkit grade runs each submission in it "
-                         "(Debian/Ubuntu: apt-get install bubblewrap); --no-sandbox grades without it, "
-                         "for notebooks you trust")
+    if use_sandbox:
+        problem = sandbox.unusable()
+        if problem:
+            raise GradeError(f"{problem}; --no-sandbox grades without it, for notebooks you trust")
     files = discover(paths)
     grader = Grader(root, labs, limits, jobs, hidden + [p if p.is_dir() else p.parent for p in paths], use_sandbox,
                     executed)

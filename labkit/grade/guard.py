@@ -51,6 +51,8 @@ def _watched() -> dict[tuple, tuple[Any, Any]]:
             found[(f"{cls.__module__}.{cls.__qualname__}", name)] = (value, cls)
     for name in _SYS:
         found[("sys", name)] = (getattr(sys, name), sys)
+    for module in modules:  # a module swapped for another in sys.modules
+        found[("sys.modules", module.__name__)] = (module, ("modules",))
     found[("sys", "gettrace")] = (sys.gettrace(), "trace")
     found[("sys", "getprofile")] = (sys.getprofile(), "profile")
     shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
@@ -69,11 +71,14 @@ def arm() -> None:
     import matplotlib.pyplot as plt
 
     plt.close(plt.figure())  # the inline backend registers its IPython event callbacks when it first loads
-    import torch._dynamo  # noqa: F401  (importing it wraps torch.manual_seed and more: let that happen first)
-
     import labkit  # noqa: F401  (the kit's modules are what a checker relies on)
 
     _state["watched"] = _watched()
+
+
+def _rewrapped(key: tuple, now: Any, before: Any) -> bool:
+    """torch._dynamo, imported on first use, wraps torch.manual_seed around the original: not an answer's doing."""
+    return key == ("torch", "manual_seed") and getattr(now, "__wrapped__", None) is before
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -91,6 +96,8 @@ def _put_back(key: tuple, value: Any, owner: Any) -> None:
         sys.setprofile(value)
     elif isinstance(owner, tuple) and owner[0] == "list":
         getattr(owner[1], key[1])[:] = list(value)
+    elif isinstance(owner, tuple) and owner[0] == "modules":
+        sys.modules[key[1]] = value
     elif isinstance(owner, tuple) and owner[0] == "shell":
         shell, own = owner[1], owner[2]
         if own:
@@ -114,6 +121,9 @@ def verify() -> list[str]:
     now = _watched()
     changed = []
     for key, (value, owner) in before.items():
+        base = key[:2]  # the attribute; (module, name, "code") is its function's code and defaults
+        if base in now and base in before and _rewrapped(base, now[base][0], before[base][0]):
+            continue
         if key not in now or not _same(now[key][0], value):
             changed.append(".".join(str(k) for k in key[:2]))
             try:

@@ -18,7 +18,9 @@ import nbformat
 STUB = re.compile(r'raise NotImplementedError\("Exercise (\d+\.\d+)')
 CHECKER = re.compile(r"\blk\.checks\.ex_(\d+)_(\d+)\(")
 PRELUDE = "import labkit.grade.guard as _labkit_guard\n_labkit_guard.arm()"
-VERIFY = "import labkit.grade.guard as _labkit_guard; _labkit_guard.verify()\n"
+# Before each checker: put back what answers changed, and take `lk` from the kit again (an answer may rebind it).
+VERIFY = "import labkit.grade.guard as _labkit_guard; _labkit_guard.verify(); import labkit as lk\n"
+SHADOWED = {"lk", "labkit", "_labkit_guard"}  # names the checker cells rely on
 # What an answer never needs: the grader's and checkers' insides, IPython's error machinery, tracing, reloading.
 FORBIDDEN_NAMES = {"get_ipython", "settrace", "setprofile", "set_custom_exc", "input_transformers_cleanup",
                    "input_transformers_post", "ast_transformers", "_labkit_guard", "__code__", "__defaults__",
@@ -100,6 +102,12 @@ def scan(source: str) -> list[str]:
             for target in targets:
                 if isinstance(target, ast.Attribute) and _watched(_dotted(target)):
                     found.append(f"assigns {_dotted(target)}")
+                elif isinstance(target, ast.Subscript) and _watched(_dotted(target.value) + ".x"):
+                    found.append(f"assigns an item of {_dotted(target.value)}")
+                elif isinstance(target, ast.Name) and target.id in SHADOWED:
+                    found.append(f"rebinds {target.id}")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in SHADOWED:
+            found.append(f"rebinds {node.name}")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
             if node.args and (_watched(_dotted(node.args[0]) + ".x") or _dotted(node.args[0]) in WATCHED_ROOTS):
                 found.append(f"calls {node.func.id} on {_dotted(node.args[0])}")

@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import site
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,18 @@ INNER_RUN = "/tmp/run"  # the submission's working folder, as the sandbox sees i
 def bwrap() -> str | None:
     """The bubblewrap executable, or None when it is not installed (Debian: apt-get install bubblewrap)."""
     return shutil.which("bwrap")
+
+
+def unusable() -> str | None:
+    """Why bubblewrap cannot run a box here (not installed, or no user namespaces), or None when it can."""
+    if bwrap() is None:
+        return "bubblewrap (bwrap) is not installed: labkit grade runs each submission in it " \
+               "(Debian/Ubuntu: apt-get install bubblewrap)"
+    probe = subprocess.run([bwrap(), "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"bubblewrap cannot make a sandbox here ({probe.stderr.strip()[:200]})"
+    return None
 
 
 def digest(folder: Path) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """Inside the sandbox: run one rebuilt notebook cell by cell and report what each cell did, nothing more.
 
-`python -m labkit.grade.worker NOTEBOOK --fd N --cell-timeout S --executed OUT` writes one JSON line per code
+`python labkit/grade/worker.py NOTEBOOK --fd N --cell-timeout S --executed OUT` (run by its path: it imports
+neither labkit nor torch, only nbclient; the kernel does the rest) writes one JSON line per code
 cell to file descriptor N, a pipe only this process holds (the kernel it starts does not inherit it, so
 student code cannot write to it): the cell's index, status (`ok`, `error`, `timeout`, `dead`), the error's
 name and value, its stdout, and seconds. The grader outside the sandbox turns these into grades.
@@ -64,7 +65,7 @@ def run(path: Path, report, cell_timeout: float, executed: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labkit.grade.worker")
+    parser = argparse.ArgumentParser(prog="labkit/grade/worker.py")
     parser.add_argument("notebook", type=Path)
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--cell-timeout", type=float, required=True)
