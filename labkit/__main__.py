@@ -77,13 +77,10 @@ def _grade(args: argparse.Namespace) -> int:
     from labkit import grade, release
     from labkit.grade import report
 
-    available = release.labs(ROOT)
-    labs = sorted({f"{int(t):02d}" if t.strip().isdigit() else t.strip() for t in args.labs.split(",")}) \
-        if args.labs else list(available)
-    unknown = [lab for lab in labs if lab not in available]
-    if unknown or not labs:
-        print(f"labkit grade: --labs {args.labs!r}: unknown lab {', '.join(unknown)}; the kit has labs "
-              f"{', '.join(available)}", file=sys.stderr)
+    try:
+        labs = release.parse_labs(args.labs, release.labs(ROOT), in_order=False)
+    except release.ReleaseError as e:
+        print(f"labkit grade: {e}", file=sys.stderr)
         return 2
     for name, value in (("--timeout", args.timeout), ("--notebook-timeout", args.notebook_timeout),
                         ("--memory", args.memory), ("--jobs", args.jobs)):
@@ -141,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--notebook-timeout", type=float, help="seconds per notebook (default 300)")
     p.add_argument("--memory", type=float, help="GiB of address space per submission (default 4)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions at a time (default: cores)")
-    p.add_argument("--profile", default="tiny", choices=("tiny", "cpu", "gpu"), help="LABKIT_PROFILE (default tiny)")
+    p.add_argument("--profile", default="tiny", choices=("tiny", "cpu"),
+                   help="LABKIT_PROFILE of the kernels (default tiny; the sandbox has no GPU)")
     p.add_argument("--executed", help="a folder to keep each submission's executed notebook in")
     p.add_argument("--no-sandbox", action="store_true", help="no bubblewrap: only for notebooks you trust")
     p.set_defaults(run=_grade)

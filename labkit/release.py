@@ -54,8 +54,8 @@ def labs(root: Path) -> dict[str, Path]:
     return {p.name[:2]: p for p in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))}
 
 
-def parse_labs(text: str | None, available: dict[str, Path]) -> list[str]:
-    """The labs `--labs 01,02` names (all when None): known, in order, with none skipped."""
+def parse_labs(text: str | None, available: dict[str, Path], in_order: bool = True) -> list[str]:
+    """The labs `--labs 01,02` names (all when None): known, and (`in_order`, for a release) with none skipped."""
     if text is None:
         return list(available)
     chosen = sorted({f"{int(t):02d}" if t.strip().isdigit() else t.strip() for t in text.split(",") if t.strip()})
@@ -63,6 +63,8 @@ def parse_labs(text: str | None, available: dict[str, Path]) -> list[str]:
     if not chosen or unknown:
         raise ReleaseError(f"--labs {text!r}: {'no lab named' if not chosen else 'unknown lab ' + ', '.join(unknown)}; "
                            f"the kit has labs {', '.join(available)}")
+    if not in_order:
+        return chosen
     order = list(available)
     expected = order[order.index(chosen[0]): order.index(chosen[0]) + len(chosen)]
     if chosen != expected:

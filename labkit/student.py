@@ -124,7 +124,7 @@ def student_view(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
 
 def _names(tree: ast.Module) -> tuple[set[str], set[str]]:
     """(names a cell binds at top level, names it reads anywhere, function bodies included)."""
-    binds, reads = set(), set()
+    binds: set[str] = set()
     todo = list(tree.body)
     while todo:  # top-level statements, into if/for/with/try blocks but not into function or class bodies
         node = todo.pop()

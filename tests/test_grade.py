@@ -117,13 +117,15 @@ def test_deleted_cells_fall_back_to_the_pristine_stub_and_nbval_markers_are_drop
     ("get_ipython().set_custom_exc((Exception,), lambda *a: None)", "uses get_ipython"),
     ("torch.allclose = lambda *a, **k: True", "assigns torch.allclose"),
     ("f.__code__ = g.__code__", "uses .__code__"),
-    ("x = __import__('labkit.reference.recompute')", "names labkit.reference in a string"),
+    ("x = __import__('labkit.reference.recompute')", "names a withheld labkit.reference module in a string"),
+    ("lk.checks.ex_2_1.__closure__[1].cell_contents = print", "uses .__closure__"),
+    ("setattr(__builtins__, '__import__', fake)", "uses __builtins__"),
     ("sys.modules['labkit.checks'] = fake", "assigns an item of sys.modules"),
     ("class lk:\n    pass", "rebinds lk"),
     ("lk = Fake()", "rebinds lk"),
 ])
 def test_scan_flags_what_an_answer_has_no_business_doing(source, finding):
-    assert finding in scan(source)
+    assert finding in scan(source, frozenset({"recompute", "sqrt_n"}))
 
 
 @pytest.mark.parametrize("source", [
@@ -138,6 +140,8 @@ def test_scan_leaves_ordinary_answers_alone(source):
 
 # ---------------------------------------------------------------- the guard, in this process
 def test_guard_puts_back_a_monkeypatched_checker_and_names_it(capsys):
+    import sys
+
     import labkit as lk
     import torch
 
@@ -149,11 +153,17 @@ def test_guard_puts_back_a_monkeypatched_checker_and_names_it(capsys):
         lk.checks.base.passed.__code__ = (lambda ex, what: None).__code__
         real = sys.modules["labkit.checks"]
         sys.modules["labkit.checks"] = object()
+        inner = lk.checks.ex_2_2.__closure__[1]  # the check the student-facing wrapper calls
+        held = inner.cell_contents
+        inner.cell_contents = lambda *a, **k: print("[ex 2.2] passed: fake")
+        torch.Tensor.numel = lambda self: 0  # shadows TensorBase.numel
         changed = guard.verify()
     finally:
         lk.checks.ex_2_1, torch.allclose = original, allclose
     assert sys.modules["labkit.checks"] is real
-    assert {"labkit.checks.ex_2_1", "torch.allclose", "labkit.checks.base.passed", "sys.modules.labkit.checks"} <= set(changed)
+    assert inner.cell_contents is held and "numel" not in vars(torch.Tensor) and torch.ones(3).numel() == 3
+    assert {"labkit.checks.ex_2_1", "torch.allclose", "labkit.checks.base.passed", "sys.modules.labkit.checks",
+            "labkit.checks.ex_2_2", "torch.Tensor.(its attributes)"} <= set(changed)
     assert lk.checks.ex_2_1 is original and torch.allclose is allclose
     assert lk.checks.base.passed.__code__.co_name == "passed"
     assert guard.MARK in capsys.readouterr().out
@@ -350,3 +360,13 @@ def test_broken_submissions_each_become_their_own_rows(class_grades):
     assert set(statuses(rows, "other_lab").values()) == {"missing"}
     assert "Lab 01" in rows[("other_lab", "2.1")]["message"]
     print(json.dumps({"class_of_14_seconds": round(seconds, 1)}))
+
+
+def test_student_names_come_from_files_or_their_folders():
+    from labkit.grade import student_name
+
+    stems, taken = {"01_activation_memory", "02_recompute"}, set()
+    names = [student_name(Path(p), stems, taken) for p in
+             ("c/alice/01_activation_memory.ipynb", "c/alice/02_recompute.ipynb", "c/bob.ipynb",
+              "d/alice/02_recompute.ipynb")]
+    assert names == ["alice", "alice", "bob", "alice#2"]

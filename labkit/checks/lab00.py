@@ -21,7 +21,7 @@ def ex_0_1(tensor_bytes: Callable[[torch.Tensor], int]) -> None:
     for t in cases:
         got = attempt("0.1", tensor_bytes, t)
         want = t.numel() * t.element_size()
-        if got != want:
+        if type(got) is not int or got != want:  # an int: not an object that merely compares equal
             raise CheckFailure("0.1", f"bytes of a {t.dtype} tensor of shape {tuple(t.shape)}", want, got,
                                "a tensor's bytes depend on how many elements it holds and how many bytes each "
                                "one takes; torch.Tensor has a method for each")

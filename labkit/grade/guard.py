@@ -25,34 +25,53 @@ _MOVING = {("builtins", "input"), ("builtins", "getpass")}  # the kernel swaps t
 _state: dict[str, Any] = {}
 
 
+_EMPTY = object()  # an empty closure cell
+
+
 def _function_parts(f: Any) -> tuple:
-    return tuple(getattr(f, a, None) for a in ("__code__", "__defaults__", "__kwdefaults__"))
+    """What a function runs: its code, defaults, and what its closure cells hold (a wrapper's wrapped function)."""
+    return (f.__code__, f.__defaults__, f.__kwdefaults__, *(_cell(c) for c in (f.__closure__ or ())))
 
 
-def _watched() -> dict[tuple, tuple[Any, Any]]:
-    """(where, name) -> (object, restore) for everything watched now."""
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _EMPTY
+
+
+def _modules() -> list[types.ModuleType]:
+    """The modules watched: labkit's and those of _MODULES, as imported now."""
+    return [m for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType)
+            and (n == "labkit" or n.startswith("labkit.") or n in _MODULES)]
+
+
+def _watched(modules: list[types.ModuleType]) -> dict[tuple, tuple[Any, Any]]:
+    """(where, name) -> (object, restore) for everything watched now in `modules` and beyond."""
     found: dict[tuple, tuple[Any, Any]] = {}
-    modules = [m for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType)
-               and (n == "labkit" or n.startswith("labkit.") or n in _MODULES)]
     classes = []
     for module in modules:
         for name, value in list(vars(module).items()):
             if (module.__name__, name) in _MOVING:
                 continue
             found[(module.__name__, name)] = (value, module)
-            if isinstance(value, types.FunctionType):
+            if isinstance(value, types.FunctionType) and (value.__module__ or "").startswith("labkit"):
+                # labkit's own functions (the checkers' wrappers above all): code, defaults and closure. Not
+                # torch's: their closures cache state (dynamo's disable wrappers fill theirs on first call)
                 found[(module.__name__, name, "code")] = (_function_parts(value), value)
             elif isinstance(value, type) and (getattr(value, "__module__", "") or "").startswith("labkit"):
                 classes.append(value)
     import torch
 
-    for cls in classes + [torch.Tensor, torch.nn.Module, torch.autograd.Function]:
+    for cls in classes + [torch.Tensor, torch._C.TensorBase, torch.nn.Module, torch.autograd.Function]:
+        where = f"{cls.__module__}.{cls.__qualname__}"
+        found[(where, "(its attributes)")] = (frozenset(vars(cls)), ("keys", cls))  # one added shadows a base's
         for name, value in list(vars(cls).items()):
-            found[(f"{cls.__module__}.{cls.__qualname__}", name)] = (value, cls)
+            found[(where, name)] = (value, cls)
     for name in _SYS:
         found[("sys", name)] = (getattr(sys, name), sys)
     for module in modules:  # a module swapped for another in sys.modules
-        found[("sys.modules", module.__name__)] = (module, ("modules",))
+        found[("sys.modules", module.__name__)] = (sys.modules.get(module.__name__), ("modules",))
     found[("sys", "gettrace")] = (sys.gettrace(), "trace")
     found[("sys", "getprofile")] = (sys.getprofile(), "profile")
     shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
@@ -73,7 +92,8 @@ def arm() -> None:
     plt.close(plt.figure())  # the inline backend registers its IPython event callbacks when it first loads
     import labkit  # noqa: F401  (the kit's modules are what a checker relies on)
 
-    _state["watched"] = _watched()
+    _state["modules"] = _modules()
+    _state["watched"] = _watched(_state["modules"])
 
 
 def _rewrapped(key: tuple, now: Any, before: Any) -> bool:
@@ -82,7 +102,9 @@ def _rewrapped(key: tuple, now: Any, before: Any) -> bool:
 
 
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, tuple) and isinstance(b, tuple):
+    if isinstance(a, frozenset):
+        return a == b
+    if type(a) is tuple and type(b) is tuple:
         return len(a) == len(b) and all(x is y for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
@@ -109,8 +131,14 @@ def _put_back(key: tuple, value: Any, owner: Any) -> None:
     elif isinstance(owner, tuple) and owner[0] == "events":
         for event, callbacks in value.items():
             owner[1].events.callbacks[event][:] = list(callbacks)
-    elif len(key) == 3:  # a function's code, defaults or keyword defaults
-        owner.__code__, owner.__defaults__, owner.__kwdefaults__ = value
+    elif isinstance(owner, tuple) and owner[0] == "keys":
+        for name in set(vars(owner[1])) - value:
+            delattr(owner[1], name)
+    elif len(key) == 3:  # a function's code, defaults, keyword defaults and closure
+        owner.__code__, owner.__defaults__, owner.__kwdefaults__ = value[:3]
+        for cell, held in zip(owner.__closure__ or (), value[3:]):
+            if held is not _EMPTY:
+                cell.cell_contents = held
     else:
         setattr(owner, key[1], value)
 
@@ -118,7 +146,7 @@ def _put_back(key: tuple, value: Any, owner: Any) -> None:
 def verify() -> list[str]:
     """Put back whatever changed since arm(); print one line naming it (nothing when all is as it was)."""
     before: dict = _state.get("watched") or {}
-    now = _watched()
+    now = _watched(_state.get("modules") or [])
     changed = []
     for key, (value, owner) in before.items():
         base = key[:2]  # the attribute; (module, name, "code") is its function's code and defaults

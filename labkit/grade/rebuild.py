@@ -24,7 +24,8 @@ SHADOWED = {"lk", "labkit", "_labkit_guard"}  # names the checker cells rely on
 # What an answer never needs: the grader's and checkers' insides, IPython's error machinery, tracing, reloading.
 FORBIDDEN_NAMES = {"get_ipython", "settrace", "setprofile", "set_custom_exc", "input_transformers_cleanup",
                    "input_transformers_post", "ast_transformers", "_labkit_guard", "__code__", "__defaults__",
-                   "__kwdefaults__", "__globals__", "reload", "get_referrers", "get_objects", "ctypes"}
+                   "__kwdefaults__", "__globals__", "__closure__", "cell_contents", "__builtins__", "__import__",
+                   "reload", "ctypes", "_state"}
 WATCHED_ROOTS = {"lk", "labkit", "builtins", "sys"}  # no attribute of these is an answer's to set
 WATCHED_OWNERS = {"torch", "torch.Tensor", "torch.nn.Module", "torch.nn.functional", "torch.autograd",
                   "torch.autograd.Function", "torch.testing", "torch.utils.checkpoint", "np", "numpy", "math", "os"}
@@ -40,7 +41,6 @@ class Pristine:
     """A lab's grading copy: its notebook, its exercises in order, and which cells answer or check which."""
 
     lab: str
-    path: Path
     nb: nbformat.NotebookNode
     exercises: list[str] = field(default_factory=list)
     answers: dict[str, list[str]] = field(default_factory=dict)  # cell id -> exercises it answers
@@ -49,7 +49,7 @@ class Pristine:
     @classmethod
     def read(cls, lab: str, path: Path) -> "Pristine":
         nb = nbformat.read(path, as_version=4)
-        self = cls(lab, path, nb)
+        self = cls(lab, nb)
         for cell in nb.cells:
             if cell.cell_type != "code":
                 continue
@@ -84,8 +84,11 @@ def _dotted(node: ast.AST) -> str:
     return ".".join(reversed(parts))
 
 
-def scan(source: str) -> list[str]:
-    """What an answer cell does that an answer has no business doing, one phrase each (empty: nothing)."""
+def scan(source: str, withheld: frozenset[str] = frozenset()) -> list[str]:
+    """What an answer cell does that an answer has no business doing, one phrase each (empty: nothing).
+
+    `withheld`: the labkit.reference modules of the graded lab and later ones (`recompute`), whose import is the
+    answer; an earlier lab's reference ships with the kit and may be used."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -95,7 +98,9 @@ def scan(source: str) -> list[str]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             for name in names:
-                if name.startswith(("labkit.reference", "labkit.grade", "labkit.checks", "importlib", "ctypes")):
+                parts = name.split(".")
+                answer = parts[:2] == ["labkit", "reference"] and (len(parts) < 3 or parts[2] in withheld)
+                if answer or name.startswith(("labkit.grade", "labkit.checks", "ctypes")):
                     found.append(f"imports {name}")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
@@ -115,8 +120,9 @@ def scan(source: str) -> list[str]:
             found.append(f"uses {node.id}")
         elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_NAMES:
             found.append(f"uses .{node.attr}")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "labkit.reference" in node.value:
-            found.append("names labkit.reference in a string")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                any(f"labkit.reference.{m}" in node.value for m in withheld):
+            found.append("names a withheld labkit.reference module in a string")
     return sorted(set(found))
 
 
@@ -127,6 +133,7 @@ class Rebuilt:
     nb: nbformat.NotebookNode
     found: set[str]
     flags: dict[str, list[str]]
+    lost: set[str] = field(default_factory=set)  # exercises whose answer cell is not in the returned file
 
 
 def _answer_source(source: str) -> str:
@@ -134,7 +141,7 @@ def _answer_source(source: str) -> str:
     return "\n".join(line for line in source.splitlines() if not re.match(r"\s*#\s*NBVAL_", line))
 
 
-def rebuild(submission: nbformat.NotebookNode, pristine: Pristine) -> Rebuilt:
+def rebuild(submission: nbformat.NotebookNode, pristine: Pristine, withheld: frozenset[str] = frozenset()) -> Rebuilt:
     """The pristine notebook with the submission's answer cells put in (by id); see the module docstring."""
     returned = {c.get("id"): c for c in submission.cells if c.get("cell_type") == "code"}
     nb = nbformat.from_dict(nbformat.reads(nbformat.writes(pristine.nb), as_version=4))
@@ -150,7 +157,7 @@ def rebuild(submission: nbformat.NotebookNode, pristine: Pristine) -> Rebuilt:
                 source = mine.source if isinstance(mine.source, str) else "".join(mine.source)
                 cell.source = _answer_source(source)
                 found.add(cell.id)
-                for finding in scan(cell.source):
+                for finding in scan(cell.source, withheld):
                     for ex in pristine.answers[cell.id]:
                         flags.setdefault(ex, []).append(finding)
         elif cell.id in pristine.checkers:
@@ -162,4 +169,5 @@ def rebuild(submission: nbformat.NotebookNode, pristine: Pristine) -> Rebuilt:
     prelude = nbformat.v4.new_code_cell(PRELUDE, id="labkit-grade-prelude")
     prelude.metadata["labkit_grade"] = {"role": "prelude", "exercises": []}
     nb.cells.insert(0, prelude)
-    return Rebuilt(nb, found, flags)
+    lost = {ex for cid, exercises in pristine.answers.items() if cid not in found for ex in exercises}
+    return Rebuilt(nb, found, flags, lost)

@@ -51,10 +51,12 @@ def _checked(ev: dict, ex: str, cell_timeout: float) -> tuple[str, str]:
 
 
 def classify(student: str, lab: str, exercises: list[str], cells: list[dict], events: dict[int, dict],
-             flags: dict[str, list[str]], written: list[str], ended: str, limits: dict) -> list[Row]:
+             flags: dict[str, list[str]], written: list[str], ended: str, limits: dict,
+             lost: set[str] = frozenset()) -> list[Row]:
     """Rows for one submission. `cells`: each rebuilt code cell's index, role and exercises; `events`: the worker's
     report by cell index; `flags`: scan findings per exercise; `written`: what it wrote where it must not;
-    `ended`: "done", "killed" (the notebook's time limit) or a message of why the worker stopped."""
+    `ended`: "done", "killed" (the notebook's time limit) or a message of why the worker stopped; `lost`: exercises
+    whose answer cell the returned file does not have (deleted, or its cell ids lost)."""
     status: dict[str, tuple[str, str]] = {}
     seconds: Counter = Counter()
     pending: list[str] = []  # exercises whose answer cells ran since the last checker
@@ -94,6 +96,10 @@ def classify(student: str, lab: str, exercises: list[str], cells: list[dict], ev
                ("error", f"not run ({ended}); {span} not graded"))
         for ex in ungraded:
             status[ex] = why
+    for ex in lost:
+        if status.get(ex, ("",))[0] == "not attempted":
+            status[ex] = ("not attempted", status[ex][1] + " (its exercise cell is not in the returned file: "
+                                                           "deleted, or the notebook lost its cell ids)")
     for ex, found in flags.items():
         if ex in status:
             status[ex] = ("tampered", "the answer cell " + "; ".join(found))

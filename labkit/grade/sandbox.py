@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import site
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,10 +40,24 @@ def unusable() -> str | None:
     return None
 
 
+def _fingerprint(path: Path) -> str:
+    """sha256 of a regular file (read in chunks), a link's target text, or the kind of anything else."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        return "link to " + os.readlink(path)
+    if stat.S_ISREG(mode):
+        sha = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                sha.update(chunk)
+        return sha.hexdigest()
+    return f"special file (mode {mode:o})"
+
+
 def digest(folder: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file under `folder`."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() or p.is_symlink()}
+    """Relative path -> fingerprint of everything under `folder` but folders (links are not followed)."""
+    return {str(p.relative_to(folder)): _fingerprint(p) for p in sorted(folder.rglob("*"))
+            if p.is_symlink() or not p.is_dir()}
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -81,6 +96,9 @@ class Box:
     def argv(self, copy: Path, run: Path, decoys: dict[Path, Path], inner: list[str]) -> list[str]:
         """The bwrap command line running `inner` with `copy` as the package and `run` as the working folder."""
         args = [bwrap() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        for run in ("/run", "/var/run"):  # the host's sockets (D-Bus, docker): read-only does not stop connect()
+            if os.path.isdir(run) and not os.path.islink(run):
+                args += ["--tmpfs", run]
         for hidden in self.hidden:
             args += ["--bind", str(decoys[hidden]), str(hidden)]
         for path in self.restores():
@@ -102,6 +120,6 @@ def changes(copy: Path, expected: dict[str, str], decoys: dict[Path, Path]) -> l
             found.append(f"{verb} labkit/{name}")
     for hidden, decoy in decoys.items():
         for path in sorted(decoy.rglob("*")):
-            if path.is_file() or path.is_symlink():
+            if path.is_symlink() or not path.is_dir():
                 found.append(f"wrote {hidden / path.relative_to(decoy)}")
     return found
