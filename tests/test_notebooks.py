@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -56,13 +57,26 @@ def code_cells(notebook: Path) -> list[str]:
     return [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
 
 
-@pytest.mark.parametrize("notebook", STUDENT, ids=[p.name for p in STUDENT])
-def test_run_all_on_an_untouched_student_notebook_reaches_the_end(notebook, monkeypatch):
-    sys.path.insert(0, str(ROOT / "tests"))
-    from run_all import problems
+def two_at_a_time(fn, items):
+    """fn over items, two at a time (each call waits on a kernel or a subprocess: the machine has two cores)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(items, pool.map(fn, items)))
 
-    monkeypatch.setenv("LABKIT_CHECKS", "show")  # as in JupyterLab: checkers print their failure
-    assert problems(notebook) == []
+
+@pytest.fixture(scope="module")
+def run_all_reports():
+    """tests/run_all.py on every student notebook: (exit status, its report)."""
+    def run(notebook):
+        done = subprocess.run([sys.executable, str(ROOT / "tests" / "run_all.py"), str(notebook)], capture_output=True,
+                              text=True, timeout=900, env=dict(os.environ, LABKIT_PROFILE="tiny"))
+        return done.returncode, done.stdout[-3000:] + done.stderr[-1500:]
+    return two_at_a_time(run, STUDENT)
+
+
+@pytest.mark.parametrize("notebook", STUDENT, ids=[p.name for p in STUDENT])
+def test_run_all_on_an_untouched_student_notebook_reaches_the_end(notebook, run_all_reports):
+    status, report = run_all_reports[notebook]
+    assert status == 0, report
     assert any(CHECKER_CALL in s for s in code_cells(notebook)), f"{notebook.name} has no checker cell"
 
 
@@ -102,15 +116,27 @@ WRONG_ANSWERS = {  # solution -> [(text in the answer, the wrong text, the check
 }
 
 
+@pytest.fixture(scope="module")
+def wrong_results(tmp_path_factory):
+    """Each lab completed with its wrong answers planted, graded: name -> (the notebook, nbval's results)."""
+    tmp = tmp_path_factory.mktemp("wrong")
+
+    def plant_and_grade(name):
+        folder = tmp / name
+        folder.mkdir()
+        path = completed(ROOT / "solutions" / f"{name}.ipynb", folder)
+        nb = nbformat.read(path, as_version=4)
+        for right, wrong, _ in WRONG_ANSWERS[name]:
+            (cell,) = [c for c in nb.cells if c.cell_type == "code" and right in c.source]
+            cell.source = cell.source.replace(right, wrong)
+        nbformat.write(nb, path)
+        return path, grade(path, folder)
+    return two_at_a_time(plant_and_grade, list(WRONG_ANSWERS))
+
+
 @pytest.mark.parametrize("name", WRONG_ANSWERS)
-def test_wrong_answers_fail_at_checker_cells_only(name, tmp_path):
-    path = completed(ROOT / "solutions" / f"{name}.ipynb", tmp_path)
-    nb = nbformat.read(path, as_version=4)
-    for right, wrong, _ in WRONG_ANSWERS[name]:
-        (cell,) = [c for c in nb.cells if c.cell_type == "code" and right in c.source]
-        cell.source = cell.source.replace(right, wrong)
-    nbformat.write(nb, path)
-    results = grade(path, tmp_path)
+def test_wrong_answers_fail_at_checker_cells_only(name, wrong_results):
+    path, results = wrong_results[name]
     sources = code_cells(path)
     failed = [i for i, f in results.items() if f is not None]
     assert failed, "a wrong answer passed grading"
@@ -121,17 +147,20 @@ def test_wrong_answers_fail_at_checker_cells_only(name, tmp_path):
 
 # ---------------------------------------------------------------- quiet diffs (docs/design.md, "Quiet diffs")
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.name for p in SOLUTIONS])
-def test_executing_twice_changes_only_machine_dependent_cells(solution, tmp_path, monkeypatch):
-    from labkit.notebook import execute
-
-    monkeypatch.setenv("LABKIT_PROFILE", "tiny")
-    runs = []
+def test_executing_twice_changes_only_machine_dependent_cells(solution, tmp_path):
+    paths = []
     for run in ("first", "second"):
-        path = tmp_path / run / solution.name
-        path.parent.mkdir()
-        shutil.copy(solution, path)
-        execute(path)
-        runs.append(nbformat.read(path, as_version=4))
+        paths.append(tmp_path / run / solution.name)
+        paths[-1].parent.mkdir()
+        shutil.copy(solution, paths[-1])
+    env = dict(os.environ, LABKIT_PROFILE="tiny")
+    # the two executions side by side (`make solutions` runs the same command), each in its own process and kernel
+    procs = [subprocess.Popen([sys.executable, "-m", "labkit", "execute", str(p)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for p in paths]
+    for proc in procs:
+        _, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, err[-2000:]
+    runs = [nbformat.read(p, as_version=4) for p in paths]
     assert runs[0].metadata == runs[1].metadata
     for index, (a, b) in enumerate(zip(runs[0].cells, runs[1].cells)):
         if a.cell_type == "code" and "NBVAL_IGNORE_OUTPUT" in a.source:

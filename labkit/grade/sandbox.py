@@ -96,9 +96,9 @@ class Box:
     def argv(self, copy: Path, run: Path, decoys: dict[Path, Path], inner: list[str]) -> list[str]:
         """The bwrap command line running `inner` with `copy` as the package and `run` as the working folder."""
         args = [bwrap() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        for run in ("/run", "/var/run"):  # the host's sockets (D-Bus, docker): read-only does not stop connect()
-            if os.path.isdir(run) and not os.path.islink(run):
-                args += ["--tmpfs", run]
+        for sockets in ("/run", "/var/run"):  # the host's sockets (D-Bus, docker): read-only does not stop connect()
+            if os.path.isdir(sockets) and not os.path.islink(sockets):
+                args += ["--tmpfs", sockets]
         for hidden in self.hidden:
             args += ["--bind", str(decoys[hidden]), str(hidden)]
         for path in self.restores():
