@@ -37,7 +37,7 @@ pytestmark = pytest.mark.slow
 def grade(notebook: Path, tmp_path: Path) -> dict[int, str | None]:
     """Run `pytest --nbval-lax` on a notebook; map code-cell index -> failure text (None if passed)."""
     report = tmp_path / f"{notebook.stem}.xml"
-    env = dict(os.environ, LABKIT_PROFILE="tiny", PYTHONHASHSEED="0")
+    env = dict(os.environ, LABKIT_PROFILE="tiny", PYTHONHASHSEED="0", **ONE_THREAD)
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
                     "--nbval-current-env", f"--junitxml={report}", str(notebook)],
                    cwd=notebook.parent, env=env, capture_output=True, text=True, timeout=900)
@@ -57,6 +57,9 @@ def code_cells(notebook: Path) -> list[str]:
     return [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
 
 
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # two kernels at once on two cores: one thread each
+
+
 def two_at_a_time(fn, items):
     """fn over items, two at a time (each call waits on a kernel or a subprocess: the machine has two cores)."""
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -68,7 +71,7 @@ def run_all_reports():
     """tests/run_all.py on every student notebook: (exit status, its report)."""
     def run(notebook):
         done = subprocess.run([sys.executable, str(ROOT / "tests" / "run_all.py"), str(notebook)], capture_output=True,
-                              text=True, timeout=900, env=dict(os.environ, LABKIT_PROFILE="tiny"))
+                              text=True, timeout=900, env=dict(os.environ, LABKIT_PROFILE="tiny", **ONE_THREAD))
         return done.returncode, done.stdout[-3000:] + done.stderr[-1500:]
     return two_at_a_time(run, STUDENT)
 
@@ -153,7 +156,7 @@ def test_executing_twice_changes_only_machine_dependent_cells(solution, tmp_path
         paths.append(tmp_path / run / solution.name)
         paths[-1].parent.mkdir()
         shutil.copy(solution, paths[-1])
-    env = dict(os.environ, LABKIT_PROFILE="tiny")
+    env = dict(os.environ, LABKIT_PROFILE="tiny", **ONE_THREAD)
     # the two executions side by side (`make solutions` runs the same command), each in its own process and kernel
     procs = [subprocess.Popen([sys.executable, "-m", "labkit", "execute", str(p)], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for p in paths]
