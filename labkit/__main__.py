@@ -87,9 +87,9 @@ def _grade(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             print(f"labkit grade: {name} {value}: must be positive", file=sys.stderr)
             return 2
-    limits = dict(grade.LIMITS, cell_timeout=args.timeout or grade.LIMITS["cell_timeout"],
-                  notebook_timeout=args.notebook_timeout or grade.LIMITS["notebook_timeout"],
-                  memory_gib=args.memory or grade.LIMITS["memory_gib"], profile=args.profile)
+    given = {"cell_timeout": args.timeout, "notebook_timeout": args.notebook_timeout, "memory_gib": args.memory,
+             "profile": args.profile}
+    limits = dict(grade.LIMITS, **{k: v for k, v in given.items() if v is not None})
     out = Path(args.out).resolve()
     sandboxed = "bubblewrap, network off" if not args.no_sandbox else "NONE (--no-sandbox)"
     print(f"labkit grade: limits: cell {limits['cell_timeout']:g} s, notebook {limits['notebook_timeout']:g} s, "

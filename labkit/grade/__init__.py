@@ -65,7 +65,7 @@ class Grader:
 
     def __init__(self, root: Path, labs: list[str], limits: dict, jobs: int, hidden: list[Path],
                  use_sandbox: bool = True, executed: Path | None = None):
-        self.root, self.labs, self.limits, self.executed = root, labs, limits, executed
+        self.labs, self.limits, self.executed = labs, limits, executed
         self.notebooks = {n: root / "notebooks" / p.name for n, p in release.labs(root).items()}
         self.pristine = {n: Pristine.read(n, p) for n, p in self.notebooks.items()}
         self.tmp = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
@@ -80,10 +80,14 @@ class Grader:
     def close(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def expected(self, path: Path) -> str | None:
+        """The graded lab a file should be: the one its name says (`02_...`), or the only one graded."""
+        by_name = path.name[:2] if path.name[2:3] == "_" else None
+        return by_name if by_name in self.labs else self.labs[0] if len(self.labs) == 1 else None
+
     def identify(self, nb: nbformat.NotebookNode | None, path: Path) -> tuple[str | None, str]:
         """(lab to grade it as, or None; why it is not that lab's notebook, or "")."""
-        by_name = path.name[:2] if path.name[:2] in self.pristine and path.name[2:3] == "_" else None
-        expected = by_name if by_name in self.labs else self.labs[0] if len(self.labs) == 1 else None
+        expected = self.expected(path)
         scores = {lab: match(nb, p) for lab, p in self.pristine.items()} if nb is not None else {}
         best = max(scores, key=scores.get) if scores and max(scores.values()) >= 0.5 else None
         if best is not None and best not in self.labs:
@@ -101,8 +105,7 @@ class Grader:
         try:
             return self._grade(student, path)
         except Exception as e:  # noqa: BLE001  (a file no check foresaw: this student's rows, not the class's run)
-            lab = path.name[:2] if path.name[:2] in self.labs else self.labs[0] if len(self.labs) == 1 else None
-            return self.rows_for(student, lab, "error", f"could not be graded ({type(e).__name__}: {e})"[:300])
+            return self.rows_for(student, self.expected(path), "error", f"could not be graded ({type(e).__name__}: {e})"[:300])
 
     def _grade(self, student: str, path: Path) -> list[Row]:
         nb, problem = None, ""
