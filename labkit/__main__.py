@@ -1,5 +1,5 @@
-"""Command line: python -m labkit doctor | student [--check] | execute NB... | bench NAME [--json] | gpu-check |
-release OUT [--labs 01,02] | grade SUBMISSIONS... [--labs ...] [--out grades.csv]."""
+"""Command line: python -m labkit doctor | sizes [--profile P] [--memory M] [--json] | student [--check] |
+execute NB... | bench NAME [--json] | gpu-check | release OUT [--labs 01,02] | grade SUBMISSIONS... [--labs ...]."""
 from __future__ import annotations
 
 import argparse
@@ -46,6 +46,37 @@ def _doctor(args: argparse.Namespace) -> int:
     return main()
 
 
+def _sizes(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from labkit import sizing
+    from labkit.profile import gpu_choice, profile, sizes
+
+    try:
+        name = args.profile or profile()
+        if args.memory is not None and name != "gpu":
+            raise ValueError(f"--memory sizes the gpu profile; profile {name!r} has fixed sizes")
+        if name == "gpu":
+            choice = sizing.choose(sizing.parse_bytes(args.memory)) if args.memory is not None else gpu_choice()
+            figures = choice.as_json()
+        else:
+            size = sizes(name)
+            figures = {"memory_bytes": None, "profile": name, "scale": 0, "sizes": asdict(size),
+                       "labs": sizing.lab_peaks(size), "fraction": None, "note": f"the {name} profile's fixed sizes"}
+    except ValueError as e:
+        print(f"labkit sizes: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print(f"profile {figures['profile']}: {figures['note']}")
+    print("  " + ", ".join(f"{k}={v}" for k, v in figures["sizes"].items()))
+    for lab, peak in figures["labs"].items():
+        print(f"  lab {lab}: predicted peak {peak / 2**30:7.2f} GiB")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from labkit.bench import main
 
@@ -55,7 +86,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _gpu_check(args: argparse.Namespace) -> int:
     from labkit.gpucheck import main
 
-    return main()
+    return main(args.memory, args.labs_seconds)
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -114,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="check this environment; exit 1 if something is broken").set_defaults(run=_doctor)
+    p = sub.add_parser("sizes", help="the sizes a profile uses and each lab's predicted peak memory")
+    p.add_argument("--profile", choices=("tiny", "cpu", "gpu"), help="default: the active profile")
+    p.add_argument("--memory", help="gpu: size for this much free memory (16GiB, 24GB, ...) instead of this GPU's")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=_sizes)
     p = sub.add_parser("student", help="regenerate notebooks/, labkit/reference/ and labkit/labs/ from solutions/")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything is out of date")
     p.set_defaults(run=_student)
@@ -124,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=_bench)
-    sub.add_parser("gpu-check", help="GPU-only tests and benchmarks, summary table last").set_defaults(run=_gpu_check)
+    p = sub.add_parser("gpu-check", help="GPU-only tests, benchmarks and each lab's peak, summary table last")
+    p.add_argument("--memory", default="16GiB", help="size everything as on a card with this much free (16GiB)")
+    p.add_argument("--labs-seconds", type=float, default=420, help="time for running the labs, in all (420)")
+    p.set_defaults(run=_gpu_check)
     p = sub.add_parser("release", help="write the student bundle of some labs, without their reference answers")
     p.add_argument("out", help="a new (or empty) folder")
     p.add_argument("--labs", help="comma-separated lab numbers, in order, none skipped (default: all)")

@@ -52,6 +52,8 @@ class DoctorReport:
     device: str  # GPU name and memory, or CPU cores and RAM
     profile: str  # active labkit profile, or "?" when LABKIT_PROFILE is invalid
     checks: tuple[Check, ...]
+    gpu: str = ""  # on CUDA: memory, MIG and other processes (labkit.gpuinfo)
+    sizes: str = ""  # on the gpu profile: the sizes it chose for that memory, and why
 
     @property
     def failures(self) -> list[Check]:
@@ -69,6 +71,8 @@ class DoctorReport:
                  f"  torch    {self.torch}",
                  f"  device   {self.device}",
                  f"  profile  {self.profile}",
+                 *([f"  gpu      {self.gpu}"] if self.gpu else []),
+                 *([f"  sizes    {self.sizes}"] if self.sizes else []),
                  f"  passed   {', '.join(passed) if passed else 'none'}"]
         for c in self.failures:
             label = "WARN" if c.severity == "warning" else "FAIL"
@@ -305,8 +309,45 @@ def check_shm(size_bytes: int | None = FROM_SYSTEM) -> Check:
     return Check("shm", True, size)
 
 
+def _gpu_state() -> Any:
+    """labkit.gpuinfo.read(), None without torch or CUDA."""
+    try:
+        from labkit import gpuinfo
+        return gpuinfo.read()
+    except ImportError:
+        return None
+
+
+def check_gpu_share(state: Any = FROM_SYSTEM) -> Check:
+    """A GPU's free memory is not well below its total (a warning: a shared GPU, sized for what is free)."""
+    state = _gpu_state() if state is FROM_SYSTEM else state
+    if state is None:
+        return Check("gpu share", True, "no CUDA GPU")
+    if not state.shared:
+        return Check("gpu share", True, f"{state.free_bytes / 2**30:.1f} of {state.total_bytes / 2**30:.1f} GiB free")
+    users = ("; in use by " + ", ".join(str(p.pid) for p in state.others)) if state.others else \
+        "; the processes holding it are not visible from here"
+    return Check("gpu share", False,
+                 f"only {state.free_bytes / 2**30:.1f} of {state.total_bytes / 2**30:.1f} GiB free{users}",
+                 "the labs size themselves to the memory free when a kernel starts; if the GPU's other users "
+                 "grow later, a lab can run out of memory: restart the kernel to size again, set "
+                 "LABKIT_GPU_MEMORY to the share agreed with them, or ask the hub's admin for a whole GPU or "
+                 "a MIG slice", severity="warning")
+
+
 CHECKS: tuple[Callable[[], Check], ...] = (
-    check_torch, check_profile, check_widgets, check_backend, check_cuda, check_shm)
+    check_torch, check_profile, check_widgets, check_backend, check_cuda, check_shm, check_gpu_share)
+
+
+def _sizes_line(profile: str) -> str:
+    """On the gpu profile: the note of the sizes chosen for this GPU; else empty."""
+    if profile != "gpu":
+        return ""
+    try:
+        from labkit.profile import gpu_choice
+        return gpu_choice().note
+    except (ValueError, RuntimeError) as e:
+        return f"could not size the gpu profile: {e}"
 
 
 def _profile_line(checks: tuple[Check, ...]) -> str:
@@ -321,8 +362,11 @@ def doctor(verbose: bool = True) -> DoctorReport:
     """Describe this machine, run every check, print a short report (when verbose) and return it."""
     checks = tuple(check() for check in CHECKS)
     version = _torch_version()
-    report = DoctorReport(torch=version or "not importable", device=describe_device(),
-                          profile=_profile_line(checks), checks=checks)
+    state = _gpu_state()
+    profile = _profile_line(checks)
+    report = DoctorReport(torch=version or "not importable", device=describe_device(), profile=profile,
+                          checks=checks, gpu=state.summary() if state is not None else "",
+                          sizes=_sizes_line(profile))
     if verbose:
         print(report)
     return report

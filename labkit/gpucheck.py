@@ -30,8 +30,11 @@ class Row:
 
 def _gpu_tests() -> Row:
     """pytest -m gpu over tests/ (CUDA timing, meter against the allocator)."""
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", str(ROOT / "tests")],
-                         capture_output=True, text=True, cwd=ROOT)
+    try:
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                              str(ROOT / "tests")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    except subprocess.TimeoutExpired:
+        return Row("pytest -m gpu", "did not finish in 300 s", "all pass", False)
     last = (run.stdout.strip().splitlines() or ["no output"])[-1]
     print(run.stdout[-3000:])
     return Row("pytest -m gpu", last, "all pass", run.returncode == 0)
@@ -78,13 +81,93 @@ def _bench(name: str, label: str, bar: str, ok: Callable[[dict], bool]) -> Calla
     return run
 
 
-def main() -> int:
-    """Run every GPU check; print the table last; exit 1 if any check failed."""
+# Run in each lab's kernel before its first cell: the allocator's peak of every cell, reset after it.
+# A meter inside a cell resets the allocator's peak on entry: the reset is wrapped to keep what it drops.
+_RECORD = """
+import torch as _t
+_cell_peaks, _dropped, _reset = [], [0], _t.cuda.reset_peak_memory_stats
+def _keeping_reset(*args, **kwargs):
+    if _t.cuda.is_initialized():
+        _dropped[0] = max(_dropped[0], _t.cuda.max_memory_allocated())
+    _reset(*args, **kwargs)
+_t.cuda.reset_peak_memory_stats = _keeping_reset
+def _record(result):
+    if _t.cuda.is_initialized():
+        peak = max(_dropped[0], _t.cuda.max_memory_allocated())
+        _cell_peaks.append((peak, (result.info.raw_cell or "").strip()[:60]))
+        _dropped[0] = 0
+        _reset()
+get_ipython().events.register("post_run_cell", _record)
+"""
+# ... and after its last: one JSON line with the measured and the predicted peaks.
+_REPORT = """
+import json
+from labkit.profile import gpu_choice as _choice
+print("LABKIT-PEAK " + json.dumps({"measured": max([p for p, _ in _cell_peaks], default=0),
+      "top": sorted(_cell_peaks, reverse=True)[:3], "predicted": _choice().labs, "scale": _choice().scale}))
+"""
+
+
+def lab_peaks(memory: str, deadline: float) -> list[Row]:
+    """Execute each solution notebook 01-05 on the gpu profile as on a card of `memory` (LABKIT_GPU_MEMORY caps
+    the allocator there): the allocator's peak against the lab's predicted peak. Labs not started by
+    `deadline` (time.monotonic()) are reported as skipped."""
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    rows: list[Row] = []
+    env = {"LABKIT_PROFILE": "gpu", "LABKIT_GPU_MEMORY": memory}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        for path in sorted((ROOT / "solutions").glob("0[1-9]_*.ipynb")):
+            lab = path.name[:2]
+            if time.monotonic() > deadline:
+                rows.append(Row(f"lab {lab} peak on {memory}", "skipped: out of time", "measured <= predicted", False))
+                continue
+            nb = nbformat.read(path, as_version=4)
+            nb.cells.insert(0, nbformat.v4.new_code_cell(_RECORD))
+            nb.cells.append(nbformat.v4.new_code_cell(_REPORT))
+            start = time.perf_counter()
+            try:
+                NotebookClient(nb, timeout=max(30, int(deadline - time.monotonic()) + 30), kernel_name="python3",
+                               resources={"metadata": {"path": str(path.parent)}}).execute()
+            except Exception as e:  # a cell that fails is this lab's row, not the end of the check
+                print(f"lab {lab} failed:\n{str(e)[-4000:]}")
+                rows.append(Row(f"lab {lab} peak on {memory}", f"{type(e).__name__}: {str(e)[-200:]}",
+                                "runs", False))
+                continue
+            text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+            figures = json.loads(text.split("LABKIT-PEAK ", 1)[1])
+            print(f"lab {lab}: {json.dumps(figures)}")
+            measured, predicted = figures["measured"], figures["predicted"][lab]
+            rows.append(Row(f"lab {lab} peak on {memory} (x{figures['scale']})",
+                            f"{measured / 2**30:.2f} GiB vs predicted {predicted / 2**30:.2f} "
+                            f"({measured / predicted:.0%}), {time.perf_counter() - start:.0f} s",
+                            "measured <= predicted", measured <= predicted))
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return rows
+
+
+def main(memory: str = "16GiB", labs_seconds: float = 420) -> int:
+    """Run every GPU check as on a card with `memory` free (LABKIT_GPU_MEMORY, unless already set); print the
+    table last; exit 1 if any check failed. The labs get `labs_seconds` in all."""
     if not torch.cuda.is_available():
         print("labkit gpu-check: torch sees no CUDA device; nothing to run here (the CPU suite is `make test`).")
         return 0
+    import os
+
+    memory = os.environ.setdefault("LABKIT_GPU_MEMORY", memory)
     start = time.perf_counter()
-    print(f"labkit gpu-check on {torch.cuda.get_device_name()} with torch {torch.__version__}")
+    print(f"labkit gpu-check on {torch.cuda.get_device_name()} with torch {torch.__version__}, sized as on a card "
+          f"with {memory} free")
+    from labkit.doctor import doctor
+
+    doctor()
     checks = [
         _gpu_tests,
         _meter_vs_allocator,
@@ -107,6 +190,8 @@ def main() -> int:
             rows.append(check())
         except Exception as e:  # a broken check is a failed row, and the table still prints
             rows.append(Row(getattr(check, "__name__", "check"), f"{type(e).__name__}: {e}"[:160], "runs", False))
+    # then the labs, each in its own kernel, as a student on a card of `memory` would run them
+    rows += lab_peaks(memory, time.monotonic() + labs_seconds)
     width = max(len(r.name) for r in rows)
     print(f"\nlabkit gpu-check summary ({time.perf_counter() - start:.0f} s)")
     print(f"{'check':{width}}  ok    {'measured':60}  bar")

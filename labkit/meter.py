@@ -137,6 +137,7 @@ class MemoryMeter:
         with contextlib.ExitStack() as stack:
             for st in _tracked_storages(self._track):
                 self._register(st, "track")
+            self._track = []  # registered by storage: a meter kept after its region holds no model alive
             self.baseline = self.peak = self.live = sum(b[1] for b in self._blocks.values())
             stack.callback(self._blocks.clear)  # drops the weakrefs, so no callback fires after exit
             self._install_optimizer_hooks(stack)

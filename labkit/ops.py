@@ -10,10 +10,12 @@ Per op: the innermost module; FLOPs by PyTorch's own formulas (``torch.utils.flo
 does not count, such as softmax or GELU); the bytes of its distinct input and output storages (the fewest
 bytes it must read and write); the bytes of the new storages it creates (what keeping its output costs;
 0 for a view or an in-place op); and, with ``time=True``, the median seconds of replaying the op alone on
-copies of its arguments (labkit.timing's rules).
+copies of its arguments (labkit.timing's rules), right after it runs: the copies of one op at a time
+are all the trace adds to the forward's own memory.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -73,19 +75,19 @@ def _clone(value: Any) -> Any:
 
 
 class _Tracer(TorchDispatchMode):
-    def __init__(self, modules: list[str], keep_args: bool) -> None:
+    def __init__(self, modules: list[str], time: Callable[[Callable[[], Any]], float] | None) -> None:
         super().__init__()
         self.modules = modules
-        self.keep_args = keep_args
-        self.calls: list[tuple[Any, Any, Any, dict[str, Any]]] = []  # (func, record fields, args, kwargs)
+        self.time = time  # times a replay of one op; None: no timing
+        self.calls: list[dict[str, Any]] = []  # each call's record fields
         self.counts: dict[str, int] = {}
-        self.alive: list[torch.UntypedStorage] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         if func in SAC_IGNORED_OPS:
             return func(*args, **kwargs)
-        copies = (tree_map(_clone, args), tree_map(_clone, kwargs)) if self.keep_args else ((), {})
+        # copies of the arguments, replayed right after the op and dropped: one op's copies live at a time
+        copies = (tree_map(_clone, args), tree_map(_clone, kwargs)) if self.time is not None else None
         inputs = tensor_storages(args, kwargs)
         out = func(*args, **kwargs)
         outs = tensor_storages(out)
@@ -103,17 +105,22 @@ class _Tracer(TorchDispatchMode):
         fields = dict(key=op_key(name, count), op=name, module=self.modules[-1] if self.modules else "",
                       flops=flops, bytes_moved=_nbytes(inputs) + _nbytes(fresh), output_bytes=_nbytes(fresh),
                       elements=elements, is_view=aliases and not in_place, in_place=in_place, random=is_random(func),
-                      _fresh={st._cdata for st in fresh})
-        self.alive.extend(fresh)  # held until the trace ends, so no later storage reuses their addresses
-        self.calls.append((func, fields, *copies))
+                      _fresh=[weakref.ref(st) for st in fresh])  # weak: the trace keeps no more than the forward
+        if copies is not None:
+            a, kw = copies
+            fields["seconds"] = self.time(lambda: func(*a, **kw))
+            del a, kw, copies
+        self.calls.append(fields)
         return out
 
 
-def _mark_outputs(calls: list, result: Any) -> None:
-    """Set is_output on the calls whose fresh storages hold the traced function's result."""
+def _mark_outputs(calls: list[dict[str, Any]], result: Any) -> None:
+    """Set is_output on the calls whose fresh storages hold the traced function's result (alive, so a
+    weak reference that still resolves is that storage, never a later one at the same address)."""
     wanted = {st._cdata for st in tensor_storages(result)}
-    for _, fields, *_ in calls:
-        fields["is_output"] = bool(wanted & fields.pop("_fresh"))
+    for fields in calls:
+        alive = (ref() for ref in fields.pop("_fresh"))
+        fields["is_output"] = any(st is not None and st._cdata in wanted for st in alive)
 
 
 def trace(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None, time: bool = True,
@@ -128,18 +135,13 @@ def trace(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None, ti
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"trace: repeats={repeats!r} must be an int >= 1")
     modules: list[str] = []
-    tracer = _Tracer(modules, keep_args=time)
     devices = sorted({t.device.index or 0 for t in torch.utils._pytree.tree_leaves((args, kwargs))
                       if isinstance(t, torch.Tensor) and t.is_cuda})
     device = torch.device("cuda", devices[0]) if devices else torch.device("cpu")
+    clock = (lambda replay: benchmark(replay, repeats=repeats, warmup=1, device=device).median) if time else None
+    tracer = _Tracer(modules, clock)
     with torch.random.fork_rng(devices=devices), module_stack(model, modules):
         with tracer:
             result = fn(*args, **kwargs)
         _mark_outputs(tracer.calls, result)
-        tracer.alive.clear()
-        records = []
-        for func, fields, a, kw in tracer.calls:
-            seconds = (benchmark(lambda: func(*a, **kw), repeats=repeats, warmup=1, device=device).median
-                       if time else None)
-            records.append(OpRecord(**fields, seconds=seconds))
-    return records
+    return [OpRecord(**{"seconds": None, **fields}) for fields in tracer.calls]

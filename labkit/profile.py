@@ -1,7 +1,14 @@
-"""Profiles: one notebook, three problem sizes (tiny for tests, cpu for laptops, gpu for hubs)."""
+"""Profiles: one notebook, three problem sizes (tiny for tests, cpu for laptops, gpu for hubs).
+
+tiny and cpu are fixed; gpu is sized to the memory the GPU has free when a
+process first asks (labkit.sizing), or to $LABKIT_GPU_MEMORY, which also caps
+the process's CUDA allocator there (a hub sharing one GPU among several users).
+"""
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -47,10 +54,6 @@ _SIZES = {
                  seq=128, batch=4, hidden=128, heads=4, gpt_layers=4, repeats=7,
                  chain_width=512, chain_batch=256, chain_layers=(16, 64),
                  long_seq=1024, long_batch=1, long_hidden=128, long_heads=2, long_layers=2),
-    "gpu": Sizes("gpu", "cuda", mlp_layers=32, mlp_width=2048, mlp_batch=4096,
-                 seq=2048, batch=4, hidden=1024, heads=16, gpt_layers=8, repeats=20,
-                 chain_width=2048, chain_batch=2048, chain_layers=(16, 64, 256),
-                 long_seq=2048, long_batch=2, long_hidden=1024, long_heads=16, long_layers=4),
 }
 
 
@@ -67,8 +70,38 @@ def profile() -> str:
 
 
 def sizes(name: str | None = None) -> Sizes:
-    """Problem sizes of profile `name` (default: the active profile)."""
+    """Problem sizes of profile `name` (default: the active profile); gpu: sized to this process's GPU."""
     name = profile() if name is None else name
+    if name == "gpu":
+        return gpu_choice().sizes
     if name not in _SIZES:
         raise ValueError(f"profile {name!r} is unknown; choose one of {', '.join(PROFILES)}")
     return _SIZES[name]
+
+
+def gpu_choice():  # -> labkit.sizing.Choice
+    """The gpu profile's sizes for this process's GPU, and why: chosen once per process and value of
+    $LABKIT_GPU_MEMORY, so that every cell of a lab sees the same sizes."""
+    return _gpu_choice(os.environ.get("LABKIT_GPU_MEMORY", "").strip())
+
+
+@functools.cache
+def _gpu_choice(cap: str):  # -> labkit.sizing.Choice
+    from labkit.sizing import choose, parse_bytes
+
+    if not torch.cuda.is_available():
+        raise ValueError("the gpu profile is sized from a CUDA device's free memory, and torch sees no CUDA "
+                         "device; for a given memory run `python -m labkit sizes --profile gpu --memory 16GiB`")
+    free, total = torch.cuda.mem_get_info()
+    if cap:
+        try:
+            limit = parse_bytes(cap)
+        except ValueError as e:
+            raise ValueError(f"LABKIT_GPU_MEMORY: {e}") from None
+        if limit < total:  # the allocator refuses to grow past it, as on a card of that size
+            torch.cuda.set_per_process_memory_fraction(limit / total)
+        free = min(free, limit)
+    choice = choose(free)
+    if choice.profile != "gpu":
+        warnings.warn(f"labkit: {choice.note}", stacklevel=3)
+    return choice

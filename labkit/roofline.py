@@ -79,9 +79,9 @@ TRANSCENDENTALS_PER_ELEMENT: dict[str, float] = {"_softmax": 1, "_log_softmax": 
 DRAWS_PER_ELEMENT: dict[str, float] = {"native_dropout": 0.5}
 
 # Ceiling measurement sizes per profile: square matmul sides, copy buffer MiB (well above the last-level
-# cache on cpu and gpu), random draws per measurement, exp elements (small enough to stay in cache).
-_MEASURE = {"tiny": ((64, 128), 8, 2 ** 14, 2 ** 12), "cpu": ((512, 1024, 2048), 256, 2 ** 22, 2 ** 16),
-            "gpu": ((4096, 8192), 1024, 2 ** 26, 2 ** 22)}
+# cache on cpu and gpu; 512 MiB keeps the gpu profile's floor), random draws per measurement, exp elements (small enough to stay in cache).
+MEASURE_SIZES = {"tiny": ((64, 128), 8, 2 ** 14, 2 ** 12), "cpu": ((512, 1024, 2048), 256, 2 ** 22, 2 ** 16),
+            "gpu": ((4096, 8192), 512, 2 ** 26, 2 ** 22)}
 
 
 def moves_data(record: OpRecord) -> bool:
@@ -194,7 +194,7 @@ def measure_ceilings(device: str | torch.device = "cpu", dtype: torch.dtype = to
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise RooflineError(f"measure_ceilings: dtype={dtype!r} must be a floating torch.dtype")
     size = size or sizes()
-    sides, mib, draws, special = _MEASURE[size.name]
+    sides, mib, draws, special = MEASURE_SIZES[size.name]
     repeats = min(size.repeats, 5)
     return Ceilings(str(device), dtype, _peak_flops(device, dtype, sides, repeats),
                     _bandwidth(device, dtype, mib, repeats), _random_rate(device, dtype, draws, repeats),

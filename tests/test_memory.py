@@ -466,3 +466,15 @@ def test_meter_ignores_the_resize_of_a_storage_it_does_not_track() -> None:
         y = torch.ones(3)
     assert [(e.op, e.delta) for e in m.timeline] == [("ones", 12)]
     del y
+
+
+def test_a_meter_kept_after_its_region_holds_nothing_it_tracked() -> None:
+    # a notebook keeps meters in variables; the model, optimizer and input they tracked must still be freed
+    model = MLPChain(MLPConfig(n_layers=2, width=16))
+    opt = torch.optim.Adam(model.parameters())
+    x = mlp_input(model.cfg, batch=4)
+    m = measure_peak(_train_step, model, opt, x, track=(model, opt, x))
+    refs = [weakref.ref(model), weakref.ref(opt), weakref.ref(x)]
+    del model, opt, x
+    gc.collect()
+    assert m.peak > m.baseline > 0 and all(r() is None for r in refs)

@@ -89,11 +89,13 @@ def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> R
         return run
 
     variants = {"none": _no_checkpoint, "torch": _torch_checkpoint, "yours": checkpoint}
-    grads = {}
-    for name, ckpt in variants.items():
+    for ckpt in variants.values():  # one warm-up step each
         step(ckpt)()
-        grads[name] = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
-    equal = all(torch.equal(a, b) for a, b in zip(grads["none"], grads["yours"]))
+        if ckpt is _no_checkpoint:  # one set of gradients kept at a time (memory: labkit.sizing)
+            want = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    got = [p.grad for p in model.parameters()] + [x.grad]  # the last step's: yours
+    equal = all(torch.equal(a, b) for a, b in zip(want, got))
+    del want, got
     meters = {name: measure_peak(step(ckpt), track=(model, x)) for name, ckpt in variants.items()}
     vs_torch = compare(step(_torch_checkpoint), step(checkpoint), repeats=size.repeats, device=size.device)
     vs_none = compare(step(_no_checkpoint), step(checkpoint), repeats=size.repeats, device=size.device)

@@ -171,8 +171,8 @@ class SaveInputs(torch.autograd.Function):
 def save_inputs(tensors: list[torch.Tensor]) -> Callable[[], tuple[torch.Tensor, ...]]:
     """Save `tensors` through autograd; the returned function gives them back, or raises if one was changed in place."""
     anchor = torch.empty(0, requires_grad=True)  # makes autograd record the node that holds the saved tensors
-    node = SaveInputs.apply(anchor, *tensors).grad_fn
-    return lambda: node.saved_tensors
+    holder = SaveInputs.apply(anchor, *tensors)  # its output is kept, as PyTorch's checkpoint keeps it:
+    return lambda: holder.grad_fn.saved_tensors  # some torch releases free a node's saved tensors with it
 
 
 # Exercise 2.5: the non-reentrant design, with saved-tensor hooks  (solutions/02_recompute.ipynb, cell c020)

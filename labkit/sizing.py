@@ -1,0 +1,174 @@
+"""The `gpu` profile, sized to the memory a GPU has free.
+
+One set of GPU shapes (GPU_SHAPES) and one integer, the scale, that multiplies
+every batch: the largest scale at which each lab's predicted peak stays under
+FRACTION of the memory free. Shapes stay fixed so that every ratio a lab
+teaches from (5as/h against 34, the chain's length, the segment counts) is the
+same on every GPU; only the amount of work per step grows with the card.
+
+Each lab's peak is predicted from the kit's own models (korthikanti_bytes for
+activations, gpt_param_count for parameters, the MLP chain's (n+1)·b·w) plus
+the tensors the lab's notebook keeps alive beside its largest step; `python -m
+labkit gpu-check` measures the allocator's peak of each lab against it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+from labkit.models import GPTConfig, gpt_param_count, korthikanti_bytes
+from labkit.profile import Sizes
+from labkit.roofline import MEASURE_SIZES
+
+FRACTION = 0.7  # each lab's predicted peak stays under this share of the memory free
+FLOOR_BYTES = 4 * 2**30  # below this much free memory the GPU is too small: the cpu sizes are used
+MAX_SCALE = 4096
+
+# The shapes at scale 1, which fit the floor: GPT-2 small's width (h = 768, a = 12) at s = 512, and a
+# long-sequence stack with 5as/h = 160. Every batch below is multiplied by the scale.
+GPU_SHAPES = Sizes("gpu", "cuda", mlp_layers=32, mlp_width=1024, mlp_batch=512,
+                   seq=512, batch=1, hidden=768, heads=12, gpt_layers=8, repeats=20,
+                   chain_width=512, chain_batch=1024, chain_layers=(16, 64, 256),
+                   long_seq=2048, long_batch=1, long_hidden=512, long_heads=8, long_layers=2)
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+# lab 01 plots the MLP chain's activations up to this batch (2**13), whatever the profile
+LAB01_LARGEST_BATCH = 2**13
+
+
+def parse_bytes(text: str | int) -> int:
+    """"16GiB", "16 GiB", "1.5G" (decimal), "2048MiB" or a plain number of bytes -> bytes, a positive int."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ValueError(f"memory {text!r} is not an amount of memory; write it like 16GiB, 24GB, "
+                             "2048MiB or a number of bytes")
+        value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"memory {text!r} must be a positive amount, like 16GiB")
+    return value
+
+
+def scaled(scale: int) -> Sizes:
+    """GPU_SHAPES with every batch multiplied by `scale`."""
+    if not isinstance(scale, int) or isinstance(scale, bool) or scale < 1:
+        raise ValueError(f"scale={scale!r} must be an int >= 1")
+    s = GPU_SHAPES
+    return replace(s, mlp_batch=s.mlp_batch * scale, batch=s.batch * scale, chain_batch=s.chain_batch * scale,
+                   long_batch=s.long_batch * scale)
+
+
+# ---------------------------------------------------------------- each lab's peak, predicted
+
+def _element(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _gpt_step(cfg: GPTConfig, param_copies: int) -> int:
+    """Bytes live at the peak of a GPTStack step: every layer's activations, one more layer's worth of
+    backward temporaries, input and output, and `param_copies` parameter-sized tensors (weights, gradients,
+    optimizer state, clones)."""
+    params = gpt_param_count(cfg) * _element(cfg.dtype)
+    one_layer = korthikanti_bytes(replace(cfg, n_layers=1))
+    io = 2 * cfg.seq * cfg.batch * cfg.hidden * _element(cfg.dtype)
+    return param_copies * params + korthikanti_bytes(cfg) + one_layer + io
+
+
+def _chain_step(n_layers: int, width: int, batch: int, param_copies: int) -> int:
+    """Bytes live at the peak of an MLP chain's (float32) step: the (n+1)·b·w it keeps, four activations of
+    temporaries and gradients (input, output, ReLU's and Linear's in backward), and `param_copies`
+    parameter-sized tensors."""
+    params = n_layers * (width * width + width) * 4
+    return param_copies * params + (n_layers + 5) * batch * width * 4
+
+
+def _gpt(size: Sizes, n_layers: int, dtype: torch.dtype = torch.float32) -> GPTConfig:
+    return GPTConfig(seq=size.seq, batch=size.batch, hidden=size.hidden, heads=size.heads, n_layers=n_layers,
+                     dtype=dtype)
+
+
+def _long(size: Sizes) -> GPTConfig:
+    return GPTConfig(seq=size.long_seq, batch=size.long_batch, hidden=size.long_hidden, heads=size.long_heads,
+                     n_layers=size.long_layers)
+
+
+def lab_peaks(size: Sizes) -> dict[str, int]:
+    """Predicted peak bytes on the device of each lab that puts tensors there (01-05), at `size`: its largest
+    step, and what its notebook keeps alive beside it (checked against the allocator by `labkit gpu-check`)."""
+    mlp_params = size.mlp_layers * (size.mlp_width ** 2 + size.mlp_width) * 4
+    stack = _gpt(size, size.gpt_layers, torch.bfloat16)
+    stack_params = gpt_param_count(stack) * 2
+    sides, mib, draws, special = MEASURE_SIZES[size.name]
+    ceilings = max(3 * max(sides) ** 2 * 4, 2 * mib * 2**20, 4 * draws, 8 * special)
+    long = _long(size)
+    return {
+        # the MLP chain's activations at batch 2**13 (a forward), or the last Adam step of one_step_meter
+        # (weights, gradients, two moments) beside `deep` and `gpt` with its own gradients and Adam state
+        "01": max(mlp_params + _chain_step(size.mlp_layers, size.mlp_width, LAB01_LARGEST_BATCH, 1),
+                  mlp_params + 4 * stack_params + _gpt_step(stack, 4)),
+        # the comparison's stack, twice as deep, float32: weights, gradients and one cloned set; beside it
+        # the ledger `plain`, whose output holds one block's graph
+        "02": _gpt_step(_gpt(size, 2 * size.gpt_layers), 3) + korthikanti_bytes(_gpt(size, 1)),
+        # the longest chain: weights, gradients and one cloned set, beside the notebook's `long_model` (weights
+        # and gradients) and the chain of the length before (the same again, at most)
+        "03": _chain_step(max(size.chain_layers), size.chain_width, size.chain_batch, 6),
+        # the long stack: weights, gradients and two cloned sets (policy_rows compares gradients)
+        "04": _gpt_step(long, 4),
+        # the same stack, or the ceilings' own buffers (a matmul's three squares, a copy's two)
+        "05": max(_gpt_step(long, 4), ceilings),
+    }
+
+
+# ---------------------------------------------------------------- choosing the sizes
+
+@dataclass(frozen=True)
+class Choice:
+    """The sizes chosen for `memory_bytes` of free GPU memory, and why."""
+
+    memory_bytes: int
+    profile: str  # "gpu", or "cpu" when the memory is below FLOOR_BYTES
+    sizes: Sizes
+    scale: int  # the batch multiplier (0 when the cpu sizes were chosen)
+    labs: dict[str, int]  # each lab's predicted peak bytes at these sizes
+    note: str
+
+    def as_json(self) -> dict:
+        """The fields of `python -m labkit sizes --json`."""
+        return {"memory_bytes": self.memory_bytes, "profile": self.profile, "scale": self.scale,
+                "sizes": asdict(self.sizes), "labs": self.labs, "fraction": FRACTION, "note": self.note}
+
+
+def choose(memory_bytes: int, fraction: float = FRACTION) -> Choice:
+    """The largest scale whose every lab peak is at most `fraction` of `memory_bytes`; the cpu sizes,
+    with a note saying so, when the memory is below FLOOR_BYTES."""
+    from labkit.profile import sizes
+
+    memory_bytes = parse_bytes(memory_bytes)
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction={fraction!r} must be in (0, 1]")
+    if memory_bytes < FLOOR_BYTES:
+        cpu = sizes("cpu")
+        return Choice(memory_bytes, "cpu", cpu, 0, lab_peaks(cpu),
+                      f"{memory_bytes / 2**30:.1f} GiB free is below the {FLOOR_BYTES / 2**30:g} GiB floor: "
+                      "the GPU is too small for the gpu profile, so the labs use the cpu sizes")
+    allowed = fraction * memory_bytes
+    low, high = 1, MAX_SCALE  # the peaks grow with the scale: bisect for the largest that fits
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if max(lab_peaks(scaled(mid)).values()) <= allowed else (low, mid - 1)
+    peaks = lab_peaks(scaled(low))
+    if max(peaks.values()) > allowed:  # the floor is chosen so that scale 1 fits; say so if that ever breaks
+        raise ValueError(f"{memory_bytes:,} B free: even scale 1 needs {max(peaks.values()):,} B, over "
+                         f"{fraction:.0%} of it; raise FLOOR_BYTES")
+    largest = max(peaks, key=peaks.get)
+    return Choice(memory_bytes, "gpu", scaled(low), low, peaks,
+                  f"batches x{low}: lab {largest}'s predicted peak, {peaks[largest] / 2**30:.2f} GiB, is "
+                  f"{peaks[largest] / memory_bytes:.0%} of the {memory_bytes / 2**30:.1f} GiB free "
+                  f"(at most {fraction:.0%})")

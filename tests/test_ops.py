@@ -1,0 +1,31 @@
+"""labkit.ops.trace: what it adds to a forward's memory, and which call made the output."""
+from __future__ import annotations
+
+import torch
+
+import labkit as lk
+
+
+def _block():
+    cfg = lk.GPTConfig(seq=64, batch=2, hidden=32, heads=4, n_layers=1)
+    return lk.GPTStack(cfg).blocks[0], lk.gpt_input(cfg, requires_grad=True)
+
+
+def test_a_timed_trace_adds_one_op_at_a_time_to_the_forwards_memory():
+    block, x = _block()
+    plain = lk.measure_peak(block, x, track=(block, x))
+    traced = lk.measure_peak(lambda t: lk.ops.trace(block, t, model=block, repeats=2), x, track=(block, x))
+    records = lk.ops.trace(block, x, model=block, time=False)
+    # one op's argument copies and one replay's outputs live beside the forward, never every op's at once
+    largest = max(r.bytes_moved for r in records)
+    assert traced.peak - traced.baseline <= plain.peak - plain.baseline + 2 * largest
+    assert sum(r.bytes_moved for r in records) > 4 * largest  # so keeping every op's copies would fail the bound
+
+
+def test_the_output_is_marked_on_the_call_that_made_it():
+    block, x = _block()
+    records = lk.ops.trace(block, x, model=block, repeats=1)
+    assert [r.is_output for r in records].count(True) == 1
+    last_fresh = [r for r in records if r.output_bytes][-1]
+    assert last_fresh.is_output and all(r.seconds is not None and r.seconds >= 0 for r in records)
+    assert all(r.seconds is None for r in lk.ops.trace(block, x, model=block, time=False))
