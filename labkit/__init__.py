@@ -11,7 +11,7 @@ except ImportError as e:  # pragma: no cover - exercised by hand on a machine wi
         "then check with `python -m labkit doctor`."
     ) from e
 
-from labkit import bench, checks, ops, plots, roofline, widgets
+from labkit import bench, checks, ops, plots, roofline, stubs, widgets
 from labkit.doctor import doctor
 from labkit.memory import Ledger, MemoryMeter, measure_peak, saved_tensors
 from labkit.models import (
@@ -20,6 +20,8 @@ from labkit.models import (
 )
 from labkit.profile import PROFILES, Sizes, profile, sizes
 from labkit.timing import benchmark, compare
+
+stubs.install()  # in a notebook, a stub's NotImplementedError shows as one line naming its exercise
 
 __all__ = [
     "PROFILES", "Sizes", "bench", "checks", "ops", "plots", "roofline", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",

@@ -7,6 +7,7 @@ from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from labkit.ledger import Ledger
 from labkit.meter import MemoryMeter
@@ -33,6 +34,13 @@ def _phase_spans(meter: MemoryMeter) -> list[tuple[str, int, int]]:
     return spans
 
 
+def _plain_log_labels(axis) -> None:
+    """A base-10 log axis labelled 6, 20, 1e+05 rather than 6×10⁰: the default's choice of which ticks to
+    label, plain numbers."""
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+
+
 def _draw_timeline(ax, meter: MemoryMeter, title: str) -> None:
     steps = [e.index for e in meter.timeline]
     live = [e.live_bytes / MiB for e in meter.timeline]
@@ -45,9 +53,11 @@ def _draw_timeline(ax, meter: MemoryMeter, title: str) -> None:
     peak = max(meter.timeline, key=lambda e: e.live_bytes, default=None)
     if peak is not None:
         ax.plot([peak.index], [peak.live_bytes / MiB], "v", color="crimson")
+        late = peak.index > 0.5 * max(steps)  # the label runs away from the nearer side, so it stays inside
         ax.annotate(f"peak {peak.live_bytes / MiB:.1f} MiB ({peak.phase})", (peak.index, peak.live_bytes / MiB),
-                    textcoords="offset points", xytext=(4, 4), fontsize=8, color="crimson")
-        ax.margins(y=0.15)  # room above the peak for its label
+                    textcoords="offset points", xytext=(-4 if late else 4, 5), ha="right" if late else "left",
+                    fontsize=8, color="crimson")
+        ax.set_ylim(0, max(ax.get_ylim()[1], 1.2 * peak.live_bytes / MiB))  # room above the peak for its label
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("allocation / free event")
     ax.set_ylabel("live tensor MiB")
@@ -70,6 +80,9 @@ def timelines(meters: Mapping[str, MemoryMeter], title: str = "") -> Figure:
     fig, axes = _new(len(meters), width=4.2 * len(meters), sharey=True)
     for ax, (name, meter) in zip(axes, meters.items()):
         _draw_timeline(ax, meter, name)
+    top = max(e.live_bytes for m in meters.values() for e in m.timeline) / MiB if any(
+        m.timeline for m in meters.values()) else 1.0
+    axes[0].set_ylim(0, 1.2 * top)  # shared: every panel's peak label fits under the highest
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
@@ -117,6 +130,7 @@ def crossover(xs: Sequence[float], activation_bytes: Sequence[float], state_byte
         ax.axvline(cross, color="crimson", linewidth=1, label=f"crossover at {cross:g}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    _plain_log_labels(ax.yaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("MiB")
     ax.set_title(title, fontsize=10)
@@ -263,6 +277,8 @@ def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "on
         ax.annotate(r.key, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_labels(ax.xaxis)
+    _plain_log_labels(ax.yaxis)
     ax.set_xlabel("arithmetic intensity, FLOPs per byte (elementwise FLOPs estimated)")
     ax.set_ylabel("FLOP/s (points: measured)")
     ax.set_title(title + " (blue: compute-, green: memory-, orange: random-bound)", fontsize=10)

@@ -6,7 +6,7 @@
     outputs and execution counts cleared, and every cell that uses an answer
     (a name an exercise cell defines, or an earlier lab's, imported from labkit.labs)
     tagged `raises-exception`, so Run All in JupyterLab goes past a stub to the
-    end of the lab; everything else identical;
+    end of the lab; nbval's `# NBVAL_...` marker lines dropped; everything else identical;
   * `labkit/reference/name.py`: the code cells whose first line is `#| export`,
     markers removed, so benchmarks and later labs import the very text the
     solution shows (docs/design.md, "One truth").
@@ -28,6 +28,7 @@ END = "### END SOLUTION"
 EXPORT = "#| export"
 RAISES = "raises-exception"  # JupyterLab (and nbclient) run on past an error in a cell with this tag
 CHECKER = "lk.checks.ex_"  # a checker cell: never tagged, its failure must count
+NBVAL = re.compile(r"^\s*#\s*NBVAL_\w+\s*$")
 HEADING = re.compile(r"^#{2,3}\s+Exercise\s+(\d+\.\d+)\s*[:.\u2014-]\s*(.+?)\s*$", re.M)
 
 
@@ -97,6 +98,14 @@ def export_source(source: str, where: str) -> str:
     return "".join(kept).strip("\n") + "\n"
 
 
+def strip_nbval(source: str) -> str:
+    """`source` without nbval's marker lines (`# NBVAL_IGNORE_OUTPUT`): they steer the tests of the solutions
+    and mean nothing to a student."""
+    lines = source.splitlines(keepends=True)
+    kept = [line for line in lines if not NBVAL.match(line)]
+    return "".join(kept) if len(kept) < len(lines) else source
+
+
 def student_view(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
     """The student notebook of solution `nb` (a new object; `nb` is untouched)."""
     out = nbformat.from_dict(json.loads(json.dumps(nb)))
@@ -111,7 +120,7 @@ def student_view(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
             stubbed = stub_source(cell.source, exercise, f"{name}, cell {index}")
             if stubbed != cell.source:
                 answers[index] = cell.source
-            cell.source = stubbed
+            cell.source = strip_nbval(stubbed)
             cell.outputs = []
             cell.execution_count = None
             cell.metadata.pop("execution", None)  # docs/design.md, "Quiet diffs"
@@ -310,4 +319,6 @@ def check(root: Path) -> list[str]:
         for index, cell in enumerate(read(path).cells):
             if BEGIN in cell.source or END in cell.source:
                 problems.append(f"notebooks/{path.name}, cell {index}: a solution marker leaked")
+            if "NBVAL" in cell.source:
+                problems.append(f"notebooks/{path.name}, cell {index}: an nbval marker leaked")
     return problems

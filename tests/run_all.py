@@ -3,11 +3,12 @@
 nbclient stops at the first error of a cell without the `raises-exception` tag, as JupyterLab's Run All does;
 LABKIT_CHECKS=show makes checkers report as they do in JupyterLab (printed, not raised). An untouched student
 notebook must run to its last cell; its only errors are the stubs' NotImplementedError and the checkers'
-"not attempted", and every checker reports "not attempted".
+"not attempted", every checker reports "not attempted", and no cell shows an object's repr.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 ALLOWED = ("NotImplementedError", "NotAttempted")
+REPR = re.compile(r"<[\w.]+ (object )?at 0x[0-9a-fA-F]+>")  # <torch._C.Generator at 0x7f...>: a stray value
 CHECKER = "lk.checks.ex_"
 
 
@@ -37,6 +39,9 @@ def problems(path: Path, timeout: int = 600) -> list[str]:
         for output in cell.outputs:
             if output.output_type == "error" and output.ename not in ALLOWED:
                 found.append(f"cell {index}: {output.ename}: {output.evalue[:300]}")
+        shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+        if REPR.search(shown):
+            found.append(f"cell {index} shows an object's repr, not a result: {REPR.search(shown).group(0)}")
         if CHECKER in cell.source:
             text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
             if "not attempted" not in text:

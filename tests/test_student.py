@@ -304,3 +304,25 @@ def test_without_the_reference_a_lab_s_code_is_the_student_s_own_notebook(tmp_pa
     (tmp_path / "02_recompute.ipynb").write_text('{"cells": [')
     with pytest.raises(ImportError, match="not a readable notebook"):
         your_code("recompute", "02_recompute.ipynb")
+
+
+def test_nbval_markers_are_dropped_from_the_student_view_only():
+    source = "# NBVAL_IGNORE_OUTPUT\nimport torch\nx = torch.randn(2)  # NBVAL_ in a comment stays\nx"
+    nb = make_nb(new_markdown_cell("# 01 · Demo"), solved_cell(source))
+    view = student.student_view(nb, "01_demo")
+    assert view.cells[1].source == "import torch\nx = torch.randn(2)  # NBVAL_ in a comment stays\nx"
+    assert nb.cells[1].source == source  # the solution keeps it: nbval reads it there
+
+
+def test_no_student_notebook_of_the_kit_shows_nbval_markers():
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert "NBVAL" not in path.read_text(), path.name
+
+
+def test_check_reports_a_leaked_nbval_marker(tmp_path):
+    root = kit(tmp_path, good_solution())
+    student.write(root)
+    nb = nbformat.read(root / "notebooks" / "01_demo.ipynb", as_version=4)
+    nb.cells.append(new_code_cell("# NBVAL_SKIP\nx = 1"))
+    nbformat.write(nb, root / "notebooks" / "01_demo.ipynb")
+    assert f"notebooks/01_demo.ipynb, cell {len(nb.cells) - 1}: an nbval marker leaked" in student.check(root)

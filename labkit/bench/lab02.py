@@ -67,6 +67,33 @@ def recompute_config(size: Sizes) -> GPTConfig:
                      n_layers=2 * size.gpt_layers, dropout=0.1)
 
 
+def _stack_step(model: GPTStack, x: torch.Tensor, ckpt: Checkpoint) -> Callable[[], None]:
+    """One training step (no optimizer) of `model` on `x` with each block run through ckpt(block, y)."""
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        torch.manual_seed(0)
+        y = x
+        for block in model.blocks:
+            y = ckpt(block, y)
+        model.ln_f(y).square().mean().backward()
+    return run
+
+
+def step_meters(checkpoints: dict[str, Checkpoint], size: Sizes | None = None) -> tuple[GPTConfig, dict[str, MemoryMeter]]:
+    """The comparison's stack (recompute_config), one metered step under each named checkpoint, after a
+    warm-up step: (the stack's config, {name: MemoryMeter})."""
+    size = size or sizes()
+    cfg = recompute_config(size)
+    model = GPTStack(cfg).to(size.device)
+    x = gpt_input(cfg, requires_grad=True, device=size.device)
+    meters = {}
+    for name, ckpt in checkpoints.items():
+        _stack_step(model, x, ckpt)()
+        meters[name] = measure_peak(_stack_step(model, x, ckpt), track=(model, x))
+    return cfg, meters
+
+
 def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> RecomputeResult:
     """Peak memory, time and gradients of `checkpoint` (applied to every block) against torch's and none."""
     if not callable(checkpoint):
@@ -78,15 +105,7 @@ def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> R
     x = gpt_input(cfg, requires_grad=True, device=size.device)
 
     def step(ckpt: Checkpoint) -> Callable[[], None]:
-        def run() -> None:
-            model.zero_grad(set_to_none=True)
-            x.grad = None
-            torch.manual_seed(0)
-            y = x
-            for block in model.blocks:
-                y = ckpt(block, y)
-            model.ln_f(y).square().mean().backward()
-        return run
+        return _stack_step(model, x, ckpt)
 
     variants = {"none": _no_checkpoint, "torch": _torch_checkpoint, "yours": checkpoint}
     for ckpt in variants.values():  # one warm-up step each

@@ -2,7 +2,7 @@
 
 The solution notebook is the source: edit its `#| export` cells, then run `make student`.
 """
-# Given, section "02 · Recomputation from scratch"  (solutions/02_recompute.ipynb, cell c002)
+# Given, section "Where this lab is going"  (solutions/02_recompute.ipynb, cell c002)
 import itertools
 import warnings
 from contextlib import ExitStack, contextmanager
