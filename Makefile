@@ -2,7 +2,9 @@
 include tools/kit.mk
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: test student solutions
+SITE ?= site
+
+.PHONY: test student solutions site
 
 test: $(STAMP)
 	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the labkit grade tests that need its sandbox are skipped"
@@ -17,3 +19,7 @@ solutions: $(STAMP)
 
 student: $(STAMP)
 	$(PY) -m labkit student
+
+# The executed solutions as a static reading site: open $(SITE)/index.html (no Python needed to read it).
+site: $(STAMP)
+	$(PY) -m labkit site $(SITE)

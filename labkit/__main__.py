@@ -1,5 +1,5 @@
 """Command line: python -m labkit doctor | sizes [--profile P] [--memory M] [--json] | student [--check] |
-execute NB... | bench NAME [--json] | gpu-check | release OUT [--labs 01,02] | grade SUBMISSIONS... [--labs ...]."""
+execute NB... | site [OUT] | bench NAME [--json] | gpu-check | release OUT [--labs 01,02] | grade SUBMISSIONS... [--labs ...]."""
 from __future__ import annotations
 
 import argparse
@@ -74,6 +74,14 @@ def _sizes(args: argparse.Namespace) -> int:
     print("  " + ", ".join(f"{k}={v}" for k, v in figures["sizes"].items()))
     for lab, peak in figures["labs"].items():
         print(f"  lab {lab}: predicted peak {peak / 2**30:7.2f} GiB")
+    return 0
+
+
+def _site(args: argparse.Namespace) -> int:
+    from labkit import site
+
+    pages = site.build(ROOT / "solutions", Path(args.out))
+    print(f"wrote {len(pages)} pages to {args.out}: open {Path(args.out) / 'index.html'}")
     return 0
 
 
@@ -156,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("execute", help="execute notebooks in place (outputs kept)")
     p.add_argument("notebooks", nargs="+")
     p.set_defaults(run=_execute)
+    p = sub.add_parser("site", help="the executed solutions as a static reading site (index.html first)")
+    p.add_argument("out", nargs="?", default="site", help="folder to write (default site/)")
+    p.set_defaults(run=_site)
     p = sub.add_parser("bench", help="run one benchmark and print its figures")
     p.add_argument("name")
     p.add_argument("--json", action="store_true", help="print one JSON object")

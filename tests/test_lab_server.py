@@ -1,6 +1,8 @@
-"""`make lab` serves JupyterLab: the URL it prints answers 200."""
+"""`make lab` serves JupyterLab on the kit's folder: the URL it prints answers 200, both notebooks/ and
+solutions/ are served, and it opens on the first notebook."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -32,7 +34,7 @@ def test_make_lab_serves_jupyterlab_at_the_printed_url(tmp_path):
     try:
         url = None
         for _ in range(120):  # up to 60 s for the server to print its URL
-            found = re.search(rf"http://127\.0\.0\.1:{port}/lab\?token=\w+", log.read_text())
+            found = re.search(rf"http://127\.0\.0\.1:{port}/lab[^?\s]*\?token=(\w+)", log.read_text())
             if found:
                 url = found.group(0)
                 break
@@ -42,6 +44,14 @@ def test_make_lab_serves_jupyterlab_at_the_printed_url(tmp_path):
         assert url, f"no URL printed; the log ends:\n{log.read_text()[-2000:]}"
         with urllib.request.urlopen(url, timeout=30) as response:
             assert response.status == 200
+        base, token = f"http://127.0.0.1:{port}", found.group(1)
+        with urllib.request.urlopen(f"{base}/api/contents?token={token}", timeout=30) as response:
+            listed = {item["name"]: item["type"] for item in json.load(response)["content"]}
+        assert listed.get("notebooks") == "directory" and listed.get("solutions") == "directory", listed
+        with urllib.request.urlopen(f"{base}/api/contents/notebooks/00_start_here.ipynb?token={token}&content=0",
+                                    timeout=30) as response:
+            assert json.load(response)["type"] == "notebook"
+        assert url.startswith(f"{base}/lab/tree/notebooks/00_start_here.ipynb?token="), url  # opens on lab 00
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -33,8 +33,12 @@ $(STAMP): pyproject.toml
 # Jupyter refuses root unless told; containers often run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# Serves the kit's folder (notebooks/, and solutions/ where there is one) and opens the first notebook.
+START ?= $(firstword $(wildcard notebooks/00_start_here.ipynb) $(sort $(wildcard notebooks/*.ipynb)))
+
 lab: $(STAMP)
-	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=notebooks $(ROOT_FLAG)
+	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=. \
+	  $(if $(START),--LabApp.default_url=/lab/tree/$(START)) $(ROOT_FLAG)
 
 doctor: $(STAMP)
 	$(PY) -m labkit doctor

@@ -1,0 +1,87 @@
+"""`make site`: the executed solutions as a static reading site (site/index.html first), built with nbconvert.
+
+One HTML page per solution notebook, its figures embedded (nbconvert writes a
+notebook's image outputs into the page as data URIs), a line of links to the
+index and the labs before and after it at the top and the bottom, and an
+index page in lab order with one line per lab: its title and the first
+sentence of its introduction. The index is itself a notebook of markdown
+cells, converted by the same exporter, so every page looks alike. Nothing
+needs Python to read it.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+from nbconvert import HTMLExporter
+
+TITLE = re.compile(r"^#\s+(.+?)\s*$", re.M)
+INDEX_TITLE = "Activation checkpointing, hands on: the solved labs"
+
+
+def _title(nb: nbformat.NotebookNode, fallback: str) -> str:
+    """The notebook's first `# ` heading."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            found = TITLE.search(cell.source)
+            if found:
+                return found.group(1)
+    return fallback
+
+
+def _summary(nb: nbformat.NotebookNode) -> str:
+    """The first sentence of the first paragraph after the title."""
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        paragraphs = [p for p in re.split(r"\n\s*\n", TITLE.sub("", cell.source)) if p.strip()]
+        if paragraphs:
+            text = " ".join(paragraphs[0].split())
+            return re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+    return ""
+
+
+def _nav(pages: list[tuple[str, str]], index: int) -> str:
+    """Markdown: index, previous and next lab."""
+    links = ["[all labs](index.html)"]
+    if index > 0:
+        links.append(f"previous: [{pages[index - 1][1]}]({pages[index - 1][0]})")
+    if index + 1 < len(pages):
+        links.append(f"next: [{pages[index + 1][1]}]({pages[index + 1][0]})")
+    return " · ".join(links)
+
+
+def _local_links(source: str) -> str:
+    """Markdown links to another notebook of the kit point at its page: (02_recompute.ipynb) -> (02_recompute.html)."""
+    return re.sub(r"\]\((?!https?:)([^)\s]*?)\.ipynb(#[^)]*)?\)", lambda m: f"]({Path(m.group(1)).name}.html"
+                  f"{m.group(2) or ''})", source)
+
+
+def build(solutions: Path, out: Path) -> list[Path]:
+    """Write the site of every `NN_name.ipynb` in `solutions` into `out`; the pages written, index first."""
+    notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
+    if not notebooks:
+        raise FileNotFoundError(f"{solutions}: no NN_name.ipynb notebooks to build a site from")
+    read = [nbformat.read(path, as_version=4) for path in notebooks]
+    pages = [(f"{path.stem}.html", _title(nb, path.stem)) for path, nb in zip(notebooks, read)]
+    exporter = HTMLExporter(template_name="lab")
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"* [{title}]({page}): {_summary(nb)}" for (page, title), nb in zip(pages, read)]
+    index = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        f"# {INDEX_TITLE}\n\nEach lab as its solution notebook, executed on the `cpu` profile, with its "
+        "outputs and figures. Read them beside the lessons; the exercises are in `notebooks/`.\n\n"
+        + "\n".join(lines))])
+    written = [out / "index.html"]
+    written[0].write_text(exporter.from_notebook_node(index, resources={"metadata": {"name": INDEX_TITLE}})[0])
+    for i, (nb, (page, title)) in enumerate(zip(read, pages)):
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                cell.source = _local_links(cell.source)
+        nav = _nav(pages, i)
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(nav))
+        nb.cells.append(nbformat.v4.new_markdown_cell(nav))
+        html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
+        written.append(out / page)
+        written[-1].write_text(html)
+    return written

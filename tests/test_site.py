@@ -1,0 +1,73 @@
+"""`make site`: an index in lab order, one page per solution, every figure embedded, every link resolving."""
+from __future__ import annotations
+
+import re
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+pytestmark = pytest.mark.slow
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+        self.images: list[str] = []
+
+    def handle_starttag(self, tag, attrs):  # type: ignore[no-untyped-def]
+        found = dict(attrs)
+        if tag == "a" and found.get("href"):
+            self.hrefs.append(found["href"])
+        if tag == "img" and found.get("src"):
+            self.images.append(found["src"])
+
+
+def _parsed(page: Path) -> _Links:
+    links = _Links()
+    links.feed(page.read_text())
+    return links
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    run = subprocess.run(["make", "-s", "site", f"SITE={out}"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return out
+
+
+def test_the_index_lists_every_lab_in_order_one_line_each(site):
+    index = _parsed(site / "index.html")
+    pages = [h for h in index.hrefs if h.endswith(".html")]
+    assert pages == [f"{p.stem}.html" for p in SOLUTIONS]
+    items = re.findall(r"<li>(.*?)</li>", (site / "index.html").read_text(), re.S)
+    assert len(items) == len(SOLUTIONS) and all("\n" not in item.strip() for item in items)
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.name for p in SOLUTIONS])
+def test_every_figure_of_a_solution_is_embedded_in_its_page(site, solution):
+    nb = nbformat.read(solution, as_version=4)
+    figures = [o["data"]["image/png"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+               if "image/png" in o.get("data", {})]
+    embedded = [src for src in _parsed(site / f"{solution.stem}.html").images if src.startswith("data:image/png")]
+    assert len(embedded) == len(figures)
+    assert all(f.strip().replace("\n", "")[:200] in "".join(embedded).replace("\n", "") for f in figures)
+
+
+def test_every_link_between_pages_resolves_and_each_lab_links_its_neighbours(site):
+    for page in site.glob("*.html"):
+        for href in _parsed(page).hrefs:
+            if href.startswith(("http:", "https:", "#", "mailto:")):
+                continue
+            target = site / href.split("#")[0]
+            assert target.is_file(), f"{page.name} links to {href}, which is not in the site"
+    for before, after in zip(SOLUTIONS, SOLUTIONS[1:]):
+        assert f"{after.stem}.html" in _parsed(site / f"{before.stem}.html").hrefs
+        assert f"{before.stem}.html" in _parsed(site / f"{after.stem}.html").hrefs
