@@ -4,7 +4,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 
 SITE ?= site
 
-.PHONY: test student solutions site
+.PHONY: test student solutions site lock
 
 test: $(STAMP)
 	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the labkit grade tests that need its sandbox are skipped"
@@ -23,3 +23,12 @@ student: $(STAMP)
 # The executed solutions as a static reading site: open $(SITE)/index.html (no Python needed to read it).
 site: $(STAMP)
 	$(PY) -m labkit site $(SITE)
+
+# Refresh constraints.txt from the venv the tests passed in. torch and what only torch needs are left out:
+# TORCH_SPEC pins torch, and a GPU hub keeps the CUDA build it has.
+lock: $(STAMP)
+	@{ echo "# The versions labkit was tested with: make lab, make test and environment.yml install with -c $(LOCK)."; \
+	  echo "# Written by \`make lock\` (torch and its own dependencies are pinned elsewhere: TORCH_SPEC)."; \
+	  $(PY) -m pip freeze --exclude-editable | grep -viE '^(torch|triton|nvidia-[a-z0-9-]*|sympy|mpmath|networkx|filelock|fsspec)=='; \
+	} > $(LOCK).new && mv $(LOCK).new $(LOCK)
+	@echo "wrote $(LOCK): $$(grep -vc '^#' $(LOCK)) pinned packages"

@@ -1,7 +1,8 @@
 """`python -m labkit release OUT [--labs 01,02]`: the kit an instructor hands out, without the answers still due.
 
 The bundle holds the student notebooks of the released labs, the `labkit` package, the install rules
-(tools/kit.mk as its Makefile), pyproject.toml, environment.yml and a short README. The package keeps the
+(tools/kit.mk as its Makefile), pyproject.toml, environment.yml, constraints.txt (the tested versions) and a
+short README. The package keeps the
 reference answers of the labs before the first released one (their answers are due) and leaves out those of
 the released labs and every later lab. A later lab that builds on an earlier released one imports it through
 `labkit.labs`, which then runs the student's own notebook (labkit/labs/__init__.py).
@@ -103,7 +104,7 @@ def write(root: Path, out: Path, chosen: list[str]) -> list[Path]:
         target.parent.mkdir(exist_ok=True)
         nbformat.write(nb, target)
         notebooks.append(target)
-    for name in ("pyproject.toml", "environment.yml"):
+    for name in ("pyproject.toml", "environment.yml", "constraints.txt"):
         shutil.copy(root / name, out / name)
     shutil.copy(root / "tools" / "kit.mk", out / "Makefile")
     titles = ", ".join(f"{n} {re.sub(r'^[0-9]+_', '', available[n].stem).replace('_', ' ')}" for n in chosen)

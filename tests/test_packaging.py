@@ -19,6 +19,7 @@ def test_environment_yml_lists_exactly_the_pyproject_dependencies():
     start = next(i for i, line in enumerate(lines) if line.strip() == "- pip:")
     pip = {_normal(line.strip()[2:]) for line in lines[start + 1:] if line.strip().startswith("- ")}
     pip.discard("-e.")
+    pip.discard("-cconstraints.txt")
     assert pip == declared, f"only in environment.yml: {sorted(pip - declared)}; only in pyproject: {sorted(declared - pip)}"
 
 
@@ -32,3 +33,16 @@ def test_makefile_installs_a_pinned_torch_before_the_kit():
 def test_ci_runs_make_test_and_nothing_else():
     commands = [l for l in (ROOT / ".ci" / "run").read_text().splitlines() if l and not l.startswith("#")]
     assert commands[-1] == "make test"
+
+
+def test_installs_take_the_locked_versions_and_the_lock_leaves_torch_to_its_pin():
+    makefile = (ROOT / "tools" / "kit.mk").read_text()
+    assert "LOCK   ?= constraints.txt" in makefile and "-c $(LOCK)" in makefile
+    assert "      - -c constraints.txt" in (ROOT / "environment.yml").read_text().splitlines()
+    pins = [l for l in (ROOT / "constraints.txt").read_text().splitlines() if l and not l.startswith("#")]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[^=\s]+", l) for l in pins), "one name==version a line"
+    names = {_normal(l.split("==")[0]) for l in pins}
+    assert not names & {"torch", "triton", "labkit"} and not any(n.startswith("nvidia-") for n in names)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {re.split(r"[<>=!~ ]", _normal(r))[0] for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    assert declared - {"torch"} <= names, f"not locked: {sorted(declared - {'torch'} - names)}"

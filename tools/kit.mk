@@ -11,10 +11,14 @@ TORCH_SPEC ?= torch==2.13.0
 # Extra pip arguments for torch alone, e.g. a CPU wheel index on a Linux laptop.
 TORCH_PIP_ARGS ?=
 STAMP  := $(VENV)/.installed
+# The exact versions the kit was tested with (`make lock` writes it): installs take them, so a release of
+# JupyterLab or ipywidgets in week 6 does not change the lab for whoever installs then. `make lab LOCK=` installs
+# the newest versions pyproject.toml allows instead (another Python than the lock's may need it).
+LOCK   ?= constraints.txt
 
 .PHONY: lab doctor clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(wildcard $(LOCK))
 	@if [ ! -x $(PY) ]; then \
 	  if $(PYTHON) -c 'import torch' 2>/dev/null; then \
 	    echo "labkit: $(PYTHON) already imports torch $$($(PYTHON) -c 'import torch; print(torch.__version__)'); the venv will reuse it"; \
@@ -27,7 +31,9 @@ $(STAMP): pyproject.toml
 	  echo "labkit: installing $(TORCH_SPEC)"; \
 	  $(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
 	fi
-	$(PY) -m pip install -q -e ".[dev]"
+	@$(PY) -m pip install -q -e ".[dev]" $(if $(wildcard $(LOCK)),-c $(LOCK)) || { \
+	  echo "labkit: the install failed$(if $(wildcard $(LOCK)), with the tested versions of $(LOCK); on a Python other than the lock's, try \`make $(firstword $(MAKECMDGOALS) lab) LOCK=\`)"; \
+	  exit 1; }
 	@touch $(STAMP)
 
 # Jupyter refuses root unless told; containers often run as root.
