@@ -34,11 +34,17 @@ def _phase_spans(meter: MemoryMeter) -> list[tuple[str, int, int]]:
     return spans
 
 
+class _PlainLog(LogFormatter):
+    """matplotlib's choice of which log ticks to label, each written plainly: 0.1, 6, 20, 1e+06."""
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return f"{x:g}"
+
+
 def _plain_log_labels(axis) -> None:
-    """A base-10 log axis labelled 6, 20, 1e+05 rather than 6×10⁰: the default's choice of which ticks to
-    label, plain numbers."""
-    axis.set_major_formatter(LogFormatter())
-    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+    """A base-10 log axis labelled 0.1, 6, 20 rather than 10⁻¹ or 6×10⁰."""
+    axis.set_major_formatter(_PlainLog())
+    axis.set_minor_formatter(_PlainLog(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
 
 
 def _draw_timeline(ax, meter: MemoryMeter, title: str) -> None:

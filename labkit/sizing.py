@@ -110,9 +110,10 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
     long = _long(size)
     return {
         # the MLP chain's activations at batch 2**13 (a forward), or the last Adam step of one_step_meter
-        # (weights, gradients, two moments) beside `deep` and `gpt` with its own gradients and Adam state
+        # (weights, gradients, two moments and one of Adam's temporaries) beside `deep` and `gpt` with its own
+        # gradients and Adam state
         "01": max(mlp_params + _chain_step(size.mlp_layers, size.mlp_width, LAB01_LARGEST_BATCH, 1),
-                  mlp_params + 4 * stack_params + _gpt_step(stack, 4)),
+                  mlp_params + 4 * stack_params + _gpt_step(stack, 5)),
         # the comparison's stack, twice as deep, float32: weights, gradients and one cloned set; beside it
         # the ledger `plain`, whose output holds one block's graph
         "02": _gpt_step(_gpt(size, 2 * size.gpt_layers), 3) + korthikanti_bytes(_gpt(size, 1)),

@@ -104,3 +104,18 @@ def test_compiled_runner_keeps_less_under_a_small_budget(stack):
     loose = B.saved_after_forward(model, x, B.compiled_runner(model, 1.0))
     torch._dynamo.reset()
     assert 0 < tight < loose
+
+
+def test_measuring_what_forward_saves_leaves_no_graph_behind():
+    import gc
+
+    model, x = B.long_stack(lk.sizes("tiny"))
+    none = lambda blk, y: blk(y)  # noqa: E731
+    gc.collect()
+    gc.disable()  # a graph kept alive by a reference cycle would wait for the collector: see it here
+    try:
+        saved = B.saved_after_forward(model, x, none)
+        alive = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+    finally:
+        gc.enable()
+    assert saved > 0 and alive == []

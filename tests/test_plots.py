@@ -51,3 +51,7 @@ def test_log_axes_read_as_plain_numbers():
     _drawn(fig)
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels(which="both") if t.get_text()]
     assert labels and not any("times" in label or "×" in label or "^" in label for label in labels), labels
+    wide = lk.plots.crossover([1, 2, 4, 8], [2**17, 2**20, 2**23, 2**27], 2**20)  # from 0.125 to 128 MiB
+    _drawn(wide)
+    labels = [t.get_text() for t in wide.axes[0].get_yticklabels() if t.get_text()]
+    assert {"0.1", "1", "10", "100"} <= set(labels), labels

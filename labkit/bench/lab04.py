@@ -140,7 +140,7 @@ def saved_after_forward(model: GPTStack, x: torch.Tensor, run_block: Callable) -
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
+        return t.detach()  # not t: a node keeping its own output would be a cycle, freed only by gc.collect()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         step(model, x, run_block, backward=False)()
