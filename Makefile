@@ -29,6 +29,8 @@ site: $(STAMP)
 lock: $(STAMP)
 	@{ echo "# The versions labkit was tested with: make lab, make test and environment.yml install with -c $(LOCK)."; \
 	  echo "# Written by \`make lock\` (torch and its own dependencies are pinned elsewhere: TORCH_SPEC)."; \
-	  $(PY) -m pip freeze --exclude-editable | grep -viE '^(torch|triton|nvidia-[a-z0-9-]*|sympy|mpmath|networkx|filelock|fsspec)=='; \
+	  echo "# python>=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])') (made with it; an older Python installs without the lock)"; \
+	  $(PY) -m pip freeze --local --exclude-editable \
+	    | grep -viE '^(torch|triton|nvidia-[a-z0-9-]*|cuda-[a-z0-9-]*|sympy|mpmath|networkx|filelock|fsspec)=='; \
 	} > $(LOCK).new && mv $(LOCK).new $(LOCK)
 	@echo "wrote $(LOCK): $$(grep -vc '^#' $(LOCK)) pinned packages"

@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=_bench)
     p = sub.add_parser("gpu-check", help="GPU-only tests, benchmarks and each lab's peak, summary table last")
-    p.add_argument("--memory", default="16GiB", help="size everything as on a card with this much free (16GiB)")
+    p.add_argument("--memory", help="size everything as on a card with this much free "
+                                    "(default: $LABKIT_GPU_MEMORY, else 16GiB)")
     p.add_argument("--labs-seconds", type=float, default=420, help="time for running the labs, in all (420)")
     p.set_defaults(run=_gpu_check)
     p = sub.add_parser("release", help="write the student bundle of some labs, without their reference answers")

@@ -360,9 +360,9 @@ def _profile_line(checks: tuple[Check, ...]) -> str:
 
 def doctor(verbose: bool = True) -> DoctorReport:
     """Describe this machine, run every check, print a short report (when verbose) and return it."""
-    checks = tuple(check() for check in CHECKS)
+    state = _gpu_state()  # read once: nvidia-smi can be slow
+    checks = tuple(check(state) if check is check_gpu_share else check() for check in CHECKS)
     version = _torch_version()
-    state = _gpu_state()
     profile = _profile_line(checks)
     report = DoctorReport(torch=version or "not importable", device=describe_device(), profile=profile,
                           checks=checks, gpu=state.summary() if state is not None else "",

@@ -153,15 +153,16 @@ def lab_peaks(memory: str, deadline: float) -> list[Row]:
     return rows
 
 
-def main(memory: str = "16GiB", labs_seconds: float = 420) -> int:
-    """Run every GPU check as on a card with `memory` free (LABKIT_GPU_MEMORY, unless already set); print the
-    table last; exit 1 if any check failed. The labs get `labs_seconds` in all."""
+def main(memory: str | None = None, labs_seconds: float = 420) -> int:
+    """Run every GPU check as on a card with `memory` free (default: $LABKIT_GPU_MEMORY, else 16GiB); print
+    the table last; exit 1 if any check failed. The labs get `labs_seconds` in all."""
     if not torch.cuda.is_available():
         print("labkit gpu-check: torch sees no CUDA device; nothing to run here (the CPU suite is `make test`).")
         return 0
     import os
 
-    memory = os.environ.setdefault("LABKIT_GPU_MEMORY", memory)
+    memory = memory or os.environ.get("LABKIT_GPU_MEMORY") or "16GiB"
+    os.environ["LABKIT_GPU_MEMORY"] = memory  # this process, the pytest it starts and the lab kernels
     start = time.perf_counter()
     print(f"labkit gpu-check on {torch.cuda.get_device_name()} with torch {torch.__version__}, sized as on a card "
           f"with {memory} free")

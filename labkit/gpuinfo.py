@@ -8,22 +8,24 @@ shows as used). Parsers take text, so tests feed them other machines' output.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 
 SHARED_BELOW = 0.75  # free under this share of total: someone else is using the GPU
-QUERY_GPU = ["--query-gpu=name,memory.total,memory.used,mig.mode.current", "--format=csv,noheader,nounits"]
-QUERY_APPS = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+QUERY_GPU = ["--query-gpu=uuid,name,memory.total,mig.mode.current", "--format=csv,noheader,nounits"]
+QUERY_APPS = ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv,noheader,nounits"]
 
 
 @dataclass(frozen=True)
 class GPUProcess:
-    """A process nvidia-smi lists on the GPU."""
+    """A process nvidia-smi lists on a GPU."""
 
     pid: int
     name: str
     used_bytes: int | None  # None where nvidia-smi prints "[N/A]" (no permission, or a MIG device)
+    gpu: str = ""  # the GPU's uuid, normalised (labkit.gpuinfo.uuid_key)
 
 
 @dataclass(frozen=True)
@@ -61,29 +63,35 @@ def _na(field: str) -> bool:
     return field.strip().strip("[]").lower() in ("n/a", "not supported", "")
 
 
-def parse_gpu_query(text: str) -> list[str | None]:
-    """MIG mode of each GPU from `nvidia-smi --query-gpu=name,memory.total,memory.used,mig.mode.current
-    --format=csv,noheader,nounits` ("NVIDIA H200, 143771, 0, Disabled"): "enabled", "disabled" or None."""
-    modes: list[str | None] = []
+def uuid_key(uuid: str) -> str:
+    """A GPU uuid as nvidia-smi ("GPU-58d2...") and torch ("58d2...") write it, reduced to one form."""
+    return re.sub(r"^(gpu|mig)-", "", str(uuid).strip().lower())
+
+
+def parse_gpu_query(text: str) -> list[tuple[str, str | None]]:
+    """(uuid, MIG mode) of each GPU from `nvidia-smi --query-gpu=uuid,name,memory.total,mig.mode.current
+    --format=csv,noheader,nounits` ("GPU-58d2..., NVIDIA H200, 143771, Disabled"); the mode is "enabled",
+    "disabled" or None."""
+    found: list[tuple[str, str | None]] = []
     for line in text.strip().splitlines():
         fields = [f.strip() for f in line.split(",")]
         if len(fields) < 4:
             continue
         mode = fields[-1].lower()
-        modes.append(mode if mode in ("enabled", "disabled") else None)
-    return modes
+        found.append((uuid_key(fields[0]), mode if mode in ("enabled", "disabled") else None))
+    return found
 
 
 def parse_apps(text: str) -> list[GPUProcess]:
-    """Processes from `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,
-    nounits` ("1234, /usr/bin/python3, 2048"); used memory is in MiB."""
+    """Processes from `nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,
+    noheader,nounits` ("GPU-58d2..., 1234, /usr/bin/python3, 2048"); used memory is in MiB."""
     found = []
     for line in text.strip().splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 3 or not fields[0].isdigit():
+        if len(fields) < 4 or not fields[1].isdigit():
             continue
-        pid, name, used = int(fields[0]), ",".join(fields[1:-1]), fields[-1]
-        found.append(GPUProcess(pid, name, None if _na(used) or not used.isdigit() else int(used) * 2**20))
+        gpu, pid, name, used = uuid_key(fields[0]), int(fields[1]), ",".join(fields[2:-1]), fields[-1]
+        found.append(GPUProcess(pid, name, None if _na(used) or not used.isdigit() else int(used) * 2**20, gpu))
     return found
 
 
@@ -100,15 +108,18 @@ def _smi(args: list[str]) -> str | None:
 
 
 def read(device: int = 0) -> GPUState | None:
-    """CUDA device `device` as this process sees it, None without CUDA."""
+    """CUDA device `device` as this process sees it, None without CUDA. nvidia-smi's rows are matched to it by
+    uuid (its order differs from torch's under CUDA_VISIBLE_DEVICES); without a match, by position."""
     import torch
 
     if not torch.cuda.is_available():
         return None
     free, total = torch.cuda.mem_get_info(device)
+    mine = uuid_key(getattr(torch.cuda.get_device_properties(device), "uuid", ""))
     queried = _smi(QUERY_GPU)
-    modes = parse_gpu_query(queried) if queried is not None else []
+    gpus = parse_gpu_query(queried) if queried is not None else []
+    row = next((g for g in gpus if g[0] == mine), gpus[device] if device < len(gpus) else None)
     apps = _smi(QUERY_APPS)
-    others = None if apps is None else tuple(p for p in parse_apps(apps) if p.pid != os.getpid())
-    return GPUState(torch.cuda.get_device_name(device), total, free, modes[device] if device < len(modes) else None,
-                    others)
+    others = None if apps is None else tuple(
+        p for p in parse_apps(apps) if p.pid != os.getpid() and (row is None or p.gpu in ("", row[0])))
+    return GPUState(torch.cuda.get_device_name(device), total, free, row[1] if row else None, others)

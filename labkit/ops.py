@@ -15,6 +15,7 @@ are all the trace adds to the forward's own memory.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,10 +76,12 @@ def _clone(value: Any) -> Any:
 
 
 class _Tracer(TorchDispatchMode):
-    def __init__(self, modules: list[str], time: Callable[[Callable[[], Any]], float] | None) -> None:
+    def __init__(self, modules: list[str], time: Callable[[Callable[[], Any]], float] | None,
+                 devices: list[int]) -> None:
         super().__init__()
         self.modules = modules
         self.time = time  # times a replay of one op; None: no timing
+        self.devices = devices  # CUDA devices whose generators a random op's replays must leave as they were
         self.calls: list[dict[str, Any]] = []  # each call's record fields
         self.counts: dict[str, int] = {}
 
@@ -108,7 +111,9 @@ class _Tracer(TorchDispatchMode):
                       _fresh=[weakref.ref(st) for st in fresh])  # weak: the trace keeps no more than the forward
         if copies is not None:
             a, kw = copies
-            fields["seconds"] = self.time(lambda: func(*a, **kw))
+            # a random op's replays draw numbers: they leave the generators as the forward left them
+            with torch.random.fork_rng(devices=self.devices) if fields["random"] else contextlib.nullcontext():
+                fields["seconds"] = self.time(lambda: func(*a, **kw))
             del a, kw, copies
         self.calls.append(fields)
         return out
@@ -139,7 +144,7 @@ def trace(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None, ti
                       if isinstance(t, torch.Tensor) and t.is_cuda})
     device = torch.device("cuda", devices[0]) if devices else torch.device("cpu")
     clock = (lambda replay: benchmark(replay, repeats=repeats, warmup=1, device=device).median) if time else None
-    tracer = _Tracer(modules, clock)
+    tracer = _Tracer(modules, clock, devices)
     with torch.random.fork_rng(devices=devices), module_stack(model, modules):
         with tracer:
             result = fn(*args, **kwargs)

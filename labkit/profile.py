@@ -81,27 +81,30 @@ def sizes(name: str | None = None) -> Sizes:
 
 def gpu_choice():  # -> labkit.sizing.Choice
     """The gpu profile's sizes for this process's GPU, and why: chosen once per process and value of
-    $LABKIT_GPU_MEMORY, so that every cell of a lab sees the same sizes."""
-    return _gpu_choice(os.environ.get("LABKIT_GPU_MEMORY", "").strip())
+    $LABKIT_GPU_MEMORY, so that every cell of a lab sees the same sizes. The allocator's cap follows the
+    variable's current value on every call (lifted when it is unset)."""
+    from labkit.sizing import parse_bytes
 
-
-@functools.cache
-def _gpu_choice(cap: str):  # -> labkit.sizing.Choice
-    from labkit.sizing import choose, parse_bytes
-
+    cap = os.environ.get("LABKIT_GPU_MEMORY", "").strip()
     if not torch.cuda.is_available():
         raise ValueError("the gpu profile is sized from a CUDA device's free memory, and torch sees no CUDA "
                          "device; for a given memory run `python -m labkit sizes --profile gpu --memory 16GiB`")
-    free, total = torch.cuda.mem_get_info()
-    if cap:
-        try:
-            limit = parse_bytes(cap)
-        except ValueError as e:
-            raise ValueError(f"LABKIT_GPU_MEMORY: {e}") from None
-        if limit < total:  # the allocator refuses to grow past it, as on a card of that size
-            torch.cuda.set_per_process_memory_fraction(limit / total)
-        free = min(free, limit)
-    choice = choose(free)
+    try:
+        limit = parse_bytes(cap) if cap else None
+    except ValueError as e:
+        raise ValueError(f"LABKIT_GPU_MEMORY: {e}") from None
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    # the allocator refuses to grow past the cap, as on a card of that size; 1.0 lifts an earlier cap
+    torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total) if limit else 1.0)
+    return _gpu_choice(limit)
+
+
+@functools.cache
+def _gpu_choice(limit: int | None):  # -> labkit.sizing.Choice
+    from labkit.sizing import choose
+
+    free, _ = torch.cuda.mem_get_info()
+    choice = choose(min(free, limit) if limit else free)
     if choice.profile != "gpu":
         warnings.warn(f"labkit: {choice.note}", stacklevel=3)
     return choice

@@ -158,7 +158,7 @@ def choose(memory_bytes: int, fraction: float = FRACTION) -> Choice:
         cpu = sizes("cpu")
         return Choice(memory_bytes, "cpu", cpu, 0, lab_peaks(cpu),
                       f"{memory_bytes / 2**30:.1f} GiB free is below the {FLOOR_BYTES / 2**30:g} GiB floor: "
-                      "the GPU is too small for the gpu profile, so the labs use the cpu sizes")
+                      "the GPU is too small for the gpu profile, so the labs run on the CPU at the cpu sizes")
     allowed = fraction * memory_bytes
     low, high = 1, MAX_SCALE  # the peaks grow with the scale: bisect for the largest that fits
     while low < high:

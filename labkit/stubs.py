@@ -22,8 +22,10 @@ def message(error: BaseException) -> str | None:
     if found is None:
         return None
     number, title = found.groups()
+    lab = f"{int(number.split('.')[0]):02d}"
     return (f"NotImplementedError: this cell needs Exercise {number} ({title}), which is not written yet. "
-            f"Write it in its cell above, run that cell, then run this one again.")
+            f"Write it in lab {lab}'s notebook, under '## Exercise {number}', run that cell, then run this "
+            f"one again.")
 
 
 def _show(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> Any:

@@ -9,16 +9,18 @@ dr = importlib.import_module("labkit.doctor")
 GIB = 2**30
 
 
-def test_mig_mode_per_gpu():
-    text = "NVIDIA H200, 143771, 0, Disabled\nNVIDIA A100-SXM4-80GB, 81920, 1024, Enabled\nTesla T4, 15360, 0, [N/A]\n"
-    assert gpuinfo.parse_gpu_query(text) == ["disabled", "enabled", None]
+def test_mig_mode_and_uuid_per_gpu():
+    text = ("GPU-58d2aa01-0000, NVIDIA H200, 143771, Disabled\nGPU-77ab, NVIDIA A100-SXM4-80GB, 81920, Enabled\n"
+            "GPU-0c0c, Tesla T4, 15360, [N/A]\n")
+    assert gpuinfo.parse_gpu_query(text) == [("58d2aa01-0000", "disabled"), ("77ab", "enabled"), ("0c0c", None)]
     assert gpuinfo.parse_gpu_query("") == []
+    assert gpuinfo.uuid_key("GPU-58D2aa01-0000") == gpuinfo.uuid_key("58d2aa01-0000")
 
 
 def test_processes_with_and_without_their_memory():
-    text = "1234, /usr/bin/python3, 2048\n77, jupyter-lab, [N/A]\nNo running processes found\n"
-    assert gpuinfo.parse_apps(text) == [gpuinfo.GPUProcess(1234, "/usr/bin/python3", 2 * GIB),
-                                        gpuinfo.GPUProcess(77, "jupyter-lab", None)]
+    text = "GPU-77ab, 1234, /usr/bin/python3, 2048\nGPU-0c0c, 77, jupyter-lab, [N/A]\nNo running processes found\n"
+    assert gpuinfo.parse_apps(text) == [gpuinfo.GPUProcess(1234, "/usr/bin/python3", 2 * GIB, "77ab"),
+                                        gpuinfo.GPUProcess(77, "jupyter-lab", None, "0c0c")]
     assert gpuinfo.parse_apps("") == []
 
 

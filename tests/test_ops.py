@@ -29,3 +29,18 @@ def test_the_output_is_marked_on_the_call_that_made_it():
     last_fresh = [r for r in records if r.output_bytes][-1]
     assert last_fresh.is_output and all(r.seconds is not None and r.seconds >= 0 for r in records)
     assert all(r.seconds is None for r in lk.ops.trace(block, x, model=block, time=False))
+
+
+def test_timing_a_random_op_leaves_the_forwards_draws_as_they_were():
+    cfg = lk.GPTConfig(seq=16, batch=2, hidden=32, heads=4, n_layers=1, dropout=0.5)
+    block, x = lk.GPTStack(cfg).blocks[0], lk.gpt_input(cfg)
+    seen = {}
+
+    def run(key):
+        torch.manual_seed(3)
+        seen[key] = block(x)
+        return seen[key]
+
+    run("plain")
+    lk.ops.trace(lambda t: run("timed"), x, model=block, repeats=3)
+    assert torch.equal(seen["plain"], seen["timed"])  # the same dropout masks, drawn in the same order

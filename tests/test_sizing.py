@@ -1,6 +1,7 @@
 """The gpu profile sized to a GPU's free memory (labkit.sizing), and `python -m labkit sizes`."""
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -94,3 +95,46 @@ def test_memory_is_only_for_the_gpu_profile_and_the_gpu_profile_needs_a_gpu_or_m
     if not torch.cuda.is_available():
         code, err = _sizes_json("--profile", "gpu")
         assert code == 2 and "--memory" in err and "no CUDA device" in err
+
+
+class _FakeCuda:
+    """torch.cuda as a 141 GiB card with 140 GiB free: what gpu_choice reads, and the cap it sets."""
+
+    def __init__(self, monkeypatch):
+        import torch
+
+        self.fraction = None
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (140 * GIB, 141 * GIB))
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"total_memory": 141 * GIB}))
+        monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                            lambda f, device=None: setattr(self, "fraction", f))
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    profile = importlib.import_module("labkit.profile")
+    profile._gpu_choice.cache_clear()  # choices made on this fake card stay out of other tests
+    yield _FakeCuda(monkeypatch)
+    profile._gpu_choice.cache_clear()
+
+
+def test_labkit_gpu_memory_sizes_for_the_share_and_caps_the_allocator_while_it_is_set(monkeypatch, fake_cuda):
+    from labkit.profile import gpu_choice
+
+    cuda = fake_cuda
+    monkeypatch.setenv("LABKIT_GPU_MEMORY", "12GiB")
+    small = gpu_choice()
+    assert small.memory_bytes == 12 * GIB and cuda.fraction == pytest.approx(12 / 141)
+    monkeypatch.setenv("LABKIT_GPU_MEMORY", "24GiB")
+    assert gpu_choice().scale > small.scale and cuda.fraction == pytest.approx(24 / 141)
+    monkeypatch.setenv("LABKIT_GPU_MEMORY", "12GiB")
+    assert gpu_choice() is small and cuda.fraction == pytest.approx(12 / 141)  # the same sizes, the same cap
+    for lifted in ("", "200GiB"):  # unset, or more than the card: the whole card, no cap left behind
+        monkeypatch.setenv("LABKIT_GPU_MEMORY", lifted)
+        assert gpu_choice().memory_bytes == 140 * GIB and cuda.fraction == 1.0
+    monkeypatch.setenv("LABKIT_GPU_MEMORY", "lots")
+    with pytest.raises(ValueError, match="LABKIT_GPU_MEMORY: memory 'lots'"):
+        gpu_choice()
+    assert sizes("cpu").device == "cpu"

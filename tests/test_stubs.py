@@ -15,7 +15,7 @@ def test_the_stub_the_generator_writes_is_recognised():
     error = raised.value
     line = stubs.message(error)
     assert line.startswith("NotImplementedError: this cell needs Exercise 2.3 (re-enter the forward's autocast)")
-    assert "run that cell, then run this one again" in line
+    assert "in lab 02's notebook, under '## Exercise 2.3', run that cell, then run this one again" in line
     assert stubs.message(NotImplementedError("not yet")) is None
     assert stubs.message(RuntimeError("Exercise 2.3: x")) is None
 

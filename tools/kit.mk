@@ -15,6 +15,8 @@ STAMP  := $(VENV)/.installed
 # JupyterLab or ipywidgets in week 6 does not change the lab for whoever installs then. `make lab LOCK=` installs
 # the newest versions pyproject.toml allows instead (another Python than the lock's may need it).
 LOCK   ?= constraints.txt
+# exit 0 when this Python is at least the one the lock names ("# python>=3.11")
+export LOCK_FITS := import re, sys; m = re.search(r"^\# python>=(\d+)\.(\d+)", open(sys.argv[1]).read(), re.M); sys.exit(0 if m is None or sys.version_info[:2] >= (int(m[1]), int(m[2])) else 1)
 
 .PHONY: lab doctor clean
 
@@ -31,8 +33,10 @@ $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	  echo "labkit: installing $(TORCH_SPEC)"; \
 	  $(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
 	fi
-	@$(PY) -m pip install -q -e ".[dev]" $(if $(wildcard $(LOCK)),-c $(LOCK)) || { \
-	  echo "labkit: the install failed$(if $(wildcard $(LOCK)), with the tested versions of $(LOCK); on a Python other than the lock's, try \`make $(firstword $(MAKECMDGOALS) lab) LOCK=\`)"; \
+	@if [ -f "$(LOCK)" ] && $(PY) -c "$$LOCK_FITS" "$(LOCK)"; then set -- -c "$(LOCK)"; \
+	elif [ -f "$(LOCK)" ]; then echo "labkit: $(LOCK) was made with a newer Python than $$($(PY) -V); installing the newest versions pyproject.toml allows"; fi; \
+	$(PY) -m pip install -q -e ".[dev]" "$$@" || { \
+	  echo "labkit: the install failed$(if $(wildcard $(LOCK)), with the tested versions of $(LOCK); \`make $(firstword $(MAKECMDGOALS) lab) LOCK=\` installs without them)"; \
 	  exit 1; }
 	@touch $(STAMP)
 
