@@ -1,7 +1,9 @@
-"""`python -m labkit gpu-check`: the GPU-only tests and benchmarks in one command, summary table last.
+"""`python -m labkit gpu-check`: the GPU-only tests, the benchmarks, then every lab, summary table last.
 
-Sized for a few minutes on one GPU. Without CUDA it says so and exits 0: the
-GPU code paths are unit-tested on CPU as far as a CPU allows.
+Everything is sized as on a card with 16 GiB free (`--memory`, or $LABKIT_GPU_MEMORY, which also caps the
+allocator), so it takes a few minutes on any GPU that large and checks the sizes a T4 would get. Each lab runs
+in its own kernel, its allocator peak measured against labkit.sizing's prediction. Without CUDA it says so and
+exits 0: the GPU code paths are unit-tested on CPU as far as a CPU allows.
 """
 from __future__ import annotations
 
