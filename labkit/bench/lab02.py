@@ -67,16 +67,21 @@ def recompute_config(size: Sizes) -> GPTConfig:
                      n_layers=2 * size.gpt_layers, dropout=0.1)
 
 
-def _stack_step(model: GPTStack, x: torch.Tensor, ckpt: Checkpoint) -> Callable[[], None]:
-    """One training step (no optimizer) of `model` on `x` with each block run through ckpt(block, y)."""
-    def run() -> None:
+def stack_step(model: GPTStack, x: torch.Tensor, run_block: Callable, backward: bool = True) -> Callable[[], Any]:
+    """One training step (no optimizer; or forward only, returning the output) of the stack with every block
+    run by run_block(block, y); dropout seeded."""
+    def run() -> Any:
         model.zero_grad(set_to_none=True)
         x.grad = None
         torch.manual_seed(0)
         y = x
         for block in model.blocks:
-            y = ckpt(block, y)
-        model.ln_f(y).square().mean().backward()
+            y = run_block(block, y)
+        out = model.ln_f(y)
+        if not backward:
+            return out
+        out.square().mean().backward()
+        return None
     return run
 
 
@@ -89,8 +94,8 @@ def step_meters(checkpoints: dict[str, Checkpoint], size: Sizes | None = None) -
     x = gpt_input(cfg, requires_grad=True, device=size.device)
     meters = {}
     for name, ckpt in checkpoints.items():
-        _stack_step(model, x, ckpt)()
-        meters[name] = measure_peak(_stack_step(model, x, ckpt), track=(model, x))
+        stack_step(model, x, ckpt)()
+        meters[name] = measure_peak(stack_step(model, x, ckpt), track=(model, x))
     return cfg, meters
 
 
@@ -105,7 +110,7 @@ def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> R
     x = gpt_input(cfg, requires_grad=True, device=size.device)
 
     def step(ckpt: Checkpoint) -> Callable[[], None]:
-        return _stack_step(model, x, ckpt)
+        return stack_step(model, x, ckpt)
 
     variants = {"none": _no_checkpoint, "torch": _torch_checkpoint, "yours": checkpoint}
     for ckpt in variants.values():  # one warm-up step each

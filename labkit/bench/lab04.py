@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
+from labkit.bench.lab02 import stack_step
 from labkit.meter import measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.ops import OpRecord, trace
@@ -103,21 +104,7 @@ def _block_runner(policy: Policy, api: str, selective: Callable[..., Any] | None
     return run
 
 
-def step(model: GPTStack, x: torch.Tensor, run_block: Callable, backward: bool = True) -> Callable[[], Any]:
-    """One training step (or forward only) of the stack with every block run by run_block; dropout seeded."""
-    def run() -> Any:
-        model.zero_grad(set_to_none=True)
-        x.grad = None
-        torch.manual_seed(0)
-        y = x
-        for block in model.blocks:
-            y = run_block(block, y)
-        out = model.ln_f(y)
-        if not backward:
-            return out
-        out.square().mean().backward()
-        return None
-    return run
+step = stack_step  # one training step (or forward only) of the stack with every block run by run_block
 
 
 def kept_after_forward(model: GPTStack, x: torch.Tensor, run_block: Callable) -> int:
