@@ -37,7 +37,7 @@ def test_ci_runs_make_test_and_nothing_else():
 
 def test_installs_take_the_locked_versions_and_the_lock_leaves_torch_to_its_pin():
     makefile = (ROOT / "tools" / "kit.mk").read_text()
-    assert "LOCK   ?= constraints.txt" in makefile and "-c $(LOCK)" in makefile
+    assert "LOCK   ?= constraints.txt" in makefile and '-c "$(LOCK)"' in makefile
     assert "      - -c constraints.txt" in (ROOT / "environment.yml").read_text().splitlines()
     pins = [l for l in (ROOT / "constraints.txt").read_text().splitlines() if l and not l.startswith("#")]
     assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[^=\s]+", l) for l in pins), "one name==version a line"
