@@ -58,7 +58,7 @@ def _sizes(args: argparse.Namespace) -> int:
         if args.memory is not None and name != "gpu":
             raise ValueError(f"--memory sizes the gpu profile; profile {name!r} has fixed sizes")
         if name == "gpu":
-            choice = sizing.choose(sizing.parse_bytes(args.memory)) if args.memory is not None else gpu_choice()
+            choice = sizing.choose(args.memory) if args.memory is not None else gpu_choice()
             figures = choice.as_json()
         else:
             size = sizes(name)

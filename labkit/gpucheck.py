@@ -8,12 +8,14 @@ exits 0: the GPU code paths are unit-tested on CPU as far as a CPU allows.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 import torch
 
@@ -114,16 +116,11 @@ def lab_peaks(memory: str, deadline: float) -> list[Row]:
     """Execute each solution notebook 01-05 on the gpu profile as on a card of `memory` (LABKIT_GPU_MEMORY caps
     the allocator there): the allocator's peak against the lab's predicted peak. Labs not started by
     `deadline` (time.monotonic()) are reported as skipped."""
-    import os
-
     import nbformat
     from nbclient import NotebookClient
 
     rows: list[Row] = []
-    env = {"LABKIT_PROFILE": "gpu", "LABKIT_GPU_MEMORY": memory}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, {"LABKIT_PROFILE": "gpu", "LABKIT_GPU_MEMORY": memory}):
         for path in sorted((ROOT / "solutions").glob("0[1-9]_*.ipynb")):
             lab = path.name[:2]
             if time.monotonic() > deadline:
@@ -149,9 +146,6 @@ def lab_peaks(memory: str, deadline: float) -> list[Row]:
                             f"{measured / 2**30:.2f} GiB vs predicted {predicted / 2**30:.2f} "
                             f"({measured / predicted:.0%}), {time.perf_counter() - start:.0f} s",
                             "measured <= predicted", measured <= predicted))
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     return rows
 
 

@@ -59,10 +59,6 @@ class GPUState:
                 f"{mig}; {seen}")
 
 
-def _na(field: str) -> bool:
-    return field.strip().strip("[]").lower() in ("n/a", "not supported", "")
-
-
 def uuid_key(uuid: str) -> str:
     """A GPU uuid as nvidia-smi ("GPU-58d2...") and torch ("58d2...") write it, reduced to one form."""
     return re.sub(r"^(gpu|mig)-", "", str(uuid).strip().lower())
@@ -91,7 +87,7 @@ def parse_apps(text: str) -> list[GPUProcess]:
         if len(fields) < 4 or not fields[1].isdigit():
             continue
         gpu, pid, name, used = uuid_key(fields[0]), int(fields[1]), ",".join(fields[2:-1]), fields[-1]
-        found.append(GPUProcess(pid, name, None if _na(used) or not used.isdigit() else int(used) * 2**20, gpu))
+        found.append(GPUProcess(pid, name, int(used) * 2**20 if used.isdigit() else None, gpu))
     return found
 
 

@@ -46,8 +46,9 @@ def problems(path: Path, timeout: int = 600) -> list[str]:
                     output.traceback != [shown]:  # a stub shows as one line naming its exercise (labkit.stubs)
                 found.append(f"cell {index}: a stub's error shown as a traceback: {output.traceback[:1]}")
         shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cell.outputs)
-        if REPR.search(shown):
-            found.append(f"cell {index} shows an object's repr, not a result: {REPR.search(shown).group(0)}")
+        stray = REPR.search(shown)
+        if stray:
+            found.append(f"cell {index} shows an object's repr, not a result: {stray.group(0)}")
         if CHECKER in cell.source:
             text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
             if "not attempted" not in text:
