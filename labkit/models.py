@@ -4,6 +4,7 @@
 - ``GPTBlock`` / ``GPTStack``: a transformer layer in the Megatron-LM layout,
   with one named submodule per activation term of Korthikanti et al. 2022, so
   that measured saved bytes can be attributed module by module.
+- ``ConvNet``: a small CNN of Conv+BatchNorm+ReLU blocks (lab 06: BatchNorm under recomputation).
 - ``korthikanti_terms`` / ``korthikanti_bytes``: that paper's formula, term by
   term, generalised from 16-bit activations to any element size.
 
@@ -21,7 +22,7 @@ from torch import nn
 
 __all__ = [
     "MLPConfig", "MLPChain", "mlp_input",
-    "GPTConfig", "Dropout", "CoreAttention", "SelfAttention", "MLP", "GPTBlock", "GPTStack", "gpt_input",
+    "ConvNet", "GPTConfig", "Dropout", "CoreAttention", "SelfAttention", "MLP", "GPTBlock", "GPTStack", "gpt_input",
     "ActivationTerm", "korthikanti_terms", "korthikanti_bytes", "parameter_bytes", "gpt_param_count",
 ]
 
@@ -97,6 +98,28 @@ def mlp_input(cfg: MLPConfig, batch: int, requires_grad: bool = False,
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     x = torch.randn(batch, cfg.width, generator=gen).to(device=device, dtype=cfg.dtype)
     return x.requires_grad_(requires_grad)
+
+
+class ConvNet(nn.Module):
+    """`n_blocks` blocks of Conv2d(3x3) + BatchNorm2d + ReLU on (b, channels, size, size), then a mean over the
+    image and a Linear to `classes`; `blocks[i]` is block i. Weights drawn from `seed`."""
+
+    def __init__(self, channels: int = 8, n_blocks: int = 3, classes: int = 10, seed: int = 0) -> None:
+        super().__init__()
+        for name, value in (("channels", channels), ("n_blocks", n_blocks), ("classes", classes)):
+            _check_positive_int(name, value)
+        with torch.random.fork_rng(devices=[]):  # PyTorch's own initialisation, seeded: the global RNG untouched
+            torch.manual_seed(seed)
+            self.blocks = nn.ModuleList(
+                nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU())
+                for _ in range(n_blocks))
+            self.head = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(b, channels, size, size) -> (b, classes)."""
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(dim=(2, 3)))
 
 
 # ---------------------------------------------------------------- GPT (Megatron layout)

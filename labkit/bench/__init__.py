@@ -17,18 +17,20 @@ from labkit.bench.lab03 import (
     activation_peak, hetero_chain, mlp_chain, schedule, segment_constants, segments, segments_sweep, step_time_ratio,
 )
 from labkit.bench.lab04 import long_config, long_stack, policies, policy_rows
-from labkit.bench import lab04, lab05
+from labkit.bench import lab04, lab05, lab06
 from labkit.bench.lab05 import roofline
+from labkit.bench.lab06 import pitfalls
 from labkit.bench.overhead import meter
 
 __all__ = ["BENCHMARKS", "main", "formula", "formula_configs", "meter", "recompute", "recompute_comparison",
            "recompute_config", "RecomputeResult", "segments", "schedule", "segments_sweep", "segment_constants",
            "activation_peak", "step_time_ratio", "mlp_chain", "hetero_chain", "policies", "policy_rows", "long_config", "long_stack",
-           "roofline"]
+           "roofline", "pitfalls"]
 
 BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "meter": meter, "recompute": recompute,
                                                        "segments": segments, "schedule": schedule,
-                                                       "policies": policies, "roofline": roofline}
+                                                       "policies": policies, "roofline": roofline,
+                                                       "pitfalls": pitfalls}
 
 
 def main(name: str, as_json: bool = False) -> int:

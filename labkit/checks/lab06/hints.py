@@ -1,0 +1,47 @@
+"""Lab 06's hints: one per mistake, each used from here (tests hold them distinct)."""
+from __future__ import annotations
+
+# ---------------------------------------------------------------- Exercise 6.1: difference
+DIFF_SPEC = "difference(name, a, b) returns a Difference(name, bitwise, max_abs, max_rel, detail) for the pair"
+DIFF_BITS = ("bitwise means the same bits: == and torch.equal call -0.0 equal to 0.0 and a NaN unequal to itself; "
+             "compare the tensors viewed as integers of their element size (t.view(torch.int32) for float32)")
+DIFF_TOLERANCE = ("a tolerance (allclose, isclose) is not bitwise: a difference of one unit in the last place must "
+                  "show, with its size in max_abs and max_rel")
+DIFF_META = ("tensors of another shape, dtype or device are not comparable element by element (broadcasting "
+             "would hide a shape change): bitwise False, max_abs and max_rel inf, and detail saying which differs")
+DIFF_MISSING = ("None is a missing tensor (a gradient that never came): two Nones are equal; one None is not "
+                "comparable (inf, with a detail)")
+DIFF_ABS = "max_abs is the largest |a - b| over the elements, computed in float64 so it is not rounded away"
+DIFF_REL = ("max_rel is max_abs over the largest |a| of the baseline a (not the largest per-element ratio); when "
+            "that is 0 it is 0 for equal values and inf otherwise")
+DIFF_INPUTS = "leave a and b as they were (detach before you compute; do not change them in place)"
+
+# ---------------------------------------------------------------- Exercise 6.2: batchnorm_once
+BN_SPEC = "batchnorm_once(model) patches every BatchNorm of model in place and returns model"
+BN_TWICE = ("under recomputation the running statistics still change twice: while in_backward() (the rerun), give "
+            "each BatchNorm momentum 0.0 and no num_batches_tracked (None), so the rerun moves nothing")
+BN_RERUN = ("the rerun must save what the forward saved: switching track_running_stats off makes BatchNorm save "
+            "other tensors, and PyTorch's checkpoint refuses (different metadata); keep the running statistics "
+            "in the call and make the update a no-op instead")
+BN_DETECT = ("right under the reentrant checkpoint, twice under the non-reentrant one: its forward runs with grad "
+             "enabled, so torch.is_grad_enabled() cannot tell a forward from a rerun; in_backward() can")
+BN_ALWAYS = ("a plain training step (no checkpoint) must still update the statistics once: freeze them only while "
+             "in_backward()")
+BN_RESTORE = ("after a rerun, put momentum and num_batches_tracked back: the next step's forward must update the "
+              "statistics again (a forward hook can restore what the pre-hook changed)")
+BN_ALL = ("patch every kind of BatchNorm (1d, 2d, 3d, SyncBatchNorm): they share the base class "
+          "nn.modules.batchnorm._BatchNorm")
+BN_MOMENTUM = ("an adjusted momentum makes two updates come close to one, not equal, and counts "
+               "num_batches_tracked twice; freeze the statistics during the rerun instead, which is exact")
+BN_OUTPUT = "the patch must not change outputs or gradients: in the rerun BatchNorm still normalises by the batch"
+
+# ---------------------------------------------------------------- Exercise 6.3: recommend
+REC_SPEC = "recommend(s) returns a scheme's name from s.schemes (a str), or None when no scheme fits"
+REC_INFERENCE = "a step that does not train (s.training is False) saves nothing for backward: recommend \"none\""
+REC_FITS = "when the plain step's peak is within the budget, checkpointing only costs time: recommend \"none\""
+REC_EQUAL = "a peak equal to the budget fits (peak <= budget)"
+REC_LEAST = "of the schemes that fit, take the one with the least predicted overhead"
+REC_FIT_ONLY = "a scheme whose predicted peak is over the budget is no candidate, however cheap"
+REC_NONE = ("when no scheme fits, return None: keeping everything (\"none\") does not fit either, and checkpointing "
+            "cannot remove parameters, gradients or optimizer state")
+REC_TIE = "between schemes of equal overhead, take the one with the lower predicted peak"
