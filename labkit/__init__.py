@@ -11,11 +11,11 @@ except ImportError as e:  # pragma: no cover - exercised by hand on a machine wi
         "then check with `python -m labkit doctor`."
     ) from e
 
-from labkit import bench, checks, ops, plots, roofline, stubs, widgets
+from labkit import advice, bench, checks, harness, ops, plots, roofline, stubs, widgets
 from labkit.doctor import doctor
 from labkit.memory import Ledger, MemoryMeter, measure_peak, saved_tensors
 from labkit.models import (
-    GPTConfig, GPTStack, GPTBlock, MLPChain, MLPConfig, gpt_input, korthikanti_bytes,
+    ConvNet, GPTConfig, GPTStack, GPTBlock, MLPChain, MLPConfig, gpt_input, korthikanti_bytes,
     korthikanti_terms, layer_chain, mlp_input, parameter_bytes,
 )
 from labkit.profile import PROFILES, Sizes, profile, sizes
@@ -24,8 +24,8 @@ from labkit.timing import benchmark, compare
 stubs.install()  # in a notebook, a stub's NotImplementedError shows as one line naming its exercise
 
 __all__ = [
-    "PROFILES", "Sizes", "bench", "checks", "ops", "plots", "roofline", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",
+    "PROFILES", "Sizes", "advice", "bench", "checks", "harness", "ops", "plots", "roofline", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",
     "Ledger", "MemoryMeter", "measure_peak", "saved_tensors",
-    "GPTConfig", "GPTStack", "GPTBlock", "MLPChain", "MLPConfig", "gpt_input", "mlp_input",
+    "ConvNet", "GPTConfig", "GPTStack", "GPTBlock", "MLPChain", "MLPConfig", "gpt_input", "mlp_input",
     "korthikanti_bytes", "korthikanti_terms", "layer_chain", "parameter_bytes",
 ]

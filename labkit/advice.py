@@ -18,6 +18,7 @@ fits (the reasons then say what dominates memory).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable
@@ -27,13 +28,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.harness import blocks_of
+from torch.utils.checkpoint import checkpoint
+
+from labkit.harness import Scheme, blocks_of, plain, wrapped
 from labkit.ledger import Ledger
 from labkit.meter import MemoryMeter
 from labkit.tensors import tensor_storages
 from labkit.timing import benchmark
 
-__all__ = ["SchemeCost", "Situation", "Advice", "check_budget", "recommend", "situation", "advise"]
+__all__ = ["SchemeCost", "Situation", "Advice", "check_budget", "recommend", "situation", "advise", "scheme",
+           "SCHEMES"]
+
+SCHEMES = ("none", "full", "sqrt_n", "selective")
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ class Advice:
 
     def __str__(self) -> str:
         s = self.situation
-        lines = [f"budget {s.budget / 2**20:,.1f} MiB; activations {s.activation_share:.0%} of the plain peak",
+        lines = [f"budget {s.budget / 2**20:,.1f} MiB; activations {s.activation_share:.1%} of the plain peak",
                  f"{'scheme':10} {'predicted peak MiB':>18} {'fits':>5} {'overhead':>9}"]
         lines += [f"{name:10} {c.peak_bytes / 2**20:>18,.1f} {'yes' if c.peak_bytes <= s.budget else 'no':>5} "
                   f"{c.overhead:>+9.0%}" for name, c in s.schemes.items()]
@@ -111,7 +117,7 @@ def _reasons(s: Situation, choice: str | None) -> tuple[str, ...]:
                 f"budget of {mib(s.budget)}",
                 f"parameters, gradients and optimizer state take {mib(s.state_bytes)} "
                 f"({s.state_bytes / none.peak_bytes:.0%} of the peak) and activations "
-                f"{s.activation_share:.0%}: checkpointing can only remove activations; shard or offload the state, "
+                f"{s.activation_share:.1%}: checkpointing can only remove activations; shard or offload the state, "
                 "or take a smaller batch")
     chosen = s.schemes[choice]
     others = [n for n, c in s.schemes.items() if n not in ("none", choice) and c.peak_bytes <= s.budget]
@@ -119,6 +125,56 @@ def _reasons(s: Situation, choice: str | None) -> tuple[str, ...]:
             f"{s.activation_share:.0%} of it",
             f"{choice} is predicted to fit ({mib(chosen.peak_bytes)}) at {chosen.overhead:+.0%} step time" +
             (f", the least of those that fit ({', '.join(others)} cost more)" if others else ", the only one that fits"))
+
+
+# ---------------------------------------------------------------- the schemes, to run
+def _ckpt(f: Callable[..., Any], *args: Any) -> Any:
+    return checkpoint(f, *args, use_reentrant=False)
+
+
+def _segments(n: int) -> list[range]:
+    """round(sqrt(n)) segments of n // k blocks, the last taking the rest (as checkpoint_sequential)."""
+    k = max(1, round(math.sqrt(n)))
+    size = n // k
+    return [range(i * size, (i + 1) * size if i < k - 1 else n) for i in range(k)]
+
+
+def _sqrt_n(model: nn.Module, x: torch.Tensor) -> Any:
+    blocks = [m for _, m in blocks_of(model)]
+    forwards = [m.forward for m in blocks]
+
+    def segment(seg: range) -> Callable[[torch.Tensor], torch.Tensor]:
+        def run(h: torch.Tensor) -> torch.Tensor:
+            for i in seg:
+                h = forwards[i](h)
+            return h
+        return run
+
+    with contextlib.ExitStack() as stack:
+        for seg in _segments(len(blocks))[:-1]:  # the last segment runs plainly
+            first, *rest = seg
+            stack.enter_context(wrapped([blocks[first]], lambda f, h, run=segment(seg): _ckpt(run, h)))
+            stack.enter_context(wrapped([blocks[i] for i in rest], lambda f, h: h))  # run by the segment
+        return model(x)
+
+
+def _selective(model: nn.Module, x: torch.Tensor) -> Any:
+    with wrapped([m.attn.core for _, m in blocks_of(model)], _ckpt):
+        return model(x)
+
+
+def _full(model: nn.Module, x: torch.Tensor) -> Any:
+    with wrapped([m for _, m in blocks_of(model)], _ckpt):
+        return model(x)
+
+
+def scheme(name: str) -> Scheme:
+    """The scheme `name` of SCHEMES as a function scheme(model, x) -> output (PyTorch's non-reentrant
+    checkpoint), as `situation` predicts it: to measure a prediction against."""
+    found = {"none": plain, "full": _full, "sqrt_n": _sqrt_n, "selective": _selective}.get(name)
+    if found is None:
+        raise ValueError(f"scheme: {name!r} is not a scheme; choose one of {', '.join(SCHEMES)}")
+    return found
 
 
 # ---------------------------------------------------------------- measuring the situation
@@ -175,6 +231,8 @@ def situation(model: nn.Module, x: torch.Tensor, budget: int, *, training: bool 
 
 def _measure(model: nn.Module, x: torch.Tensor, budget: int, training: bool,
              loss_fn: Callable[[Any], torch.Tensor] | None, repeats: int) -> Situation:
+    for p in model.parameters():
+        p.grad = None  # the copy's own step makes them; deepcopy copied the original's
     blocks = blocks_of(model)
     loss_fn = loss_fn or (lambda out: out.float().square().mean())
     if not training:
@@ -202,10 +260,8 @@ def _measure(model: nn.Module, x: torch.Tensor, budget: int, training: bool,
     peak, n = meter.peak, len(blocks)
     schemes = {"none": SchemeCost(peak, 0.0),
                "full": SchemeCost(peak - sum(act) + sum(in_bytes) + max(act), sum(t_fwd) / t_step)}
-    k = max(1, round(math.sqrt(n)))
-    if 1 < k < n:
-        size = n // k
-        segments = [range(i * size, (i + 1) * size if i < k - 1 else n) for i in range(k)]
+    segments = _segments(n)
+    if 1 < len(segments) < n:
         ckpt, last = [i for seg in segments[:-1] for i in seg], list(segments[-1])
         kept = peak - sum(act[i] for i in ckpt) + sum(in_bytes[seg[0]] for seg in segments[:-1])
         rebuilt = max(sum(act[i] for i in seg) for seg in segments[:-1])

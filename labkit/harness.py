@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +32,7 @@ from torch.utils._pytree import tree_leaves
 
 from labkit.tensors import check_callable, op_name
 
-__all__ = ["Difference", "Report", "difference", "compare_step", "plain", "per_block", "blocks_of", "wrap_blocks", "wrapped"]
+__all__ = ["Scheme", "Difference", "Report", "difference", "compare_step", "plain", "per_block", "blocks_of", "wrap_blocks", "wrapped"]
 
 Scheme = Callable[[nn.Module, torch.Tensor], Any]
 _INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -169,25 +168,25 @@ def per_block(wrap: Callable[..., Any]) -> Scheme:
 
 # ---------------------------------------------------------------- one step, recorded
 class _Metadata(TorchDispatchMode):
-    """(op, shape, dtype, device) of every tensor an op makes: in forward, and recomputed in backward (ops run
-    during backward with grad mode on; the engine runs a backward's own ops with it off)."""
+    """(shape, dtype, device) of every tensor an op makes, with the op's name: in forward, and recomputed in
+    backward (ops run during backward with grad mode on; the engine runs a backward's own ops with it off)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.backward = False
-        self.forward_made: Counter = Counter()
-        self.recomputed: Counter = Counter()
+        self.forward_made: set[tuple] = set()
+        self.recomputed: dict[tuple, str] = {}  # metadata -> the first op that recomputed it
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
         name = op_name(func)  # views, in-place ops (add_) and detach make no new tensor: not compared
         if not func.is_view and not name.endswith("_") and name not in ("detach", "alias", "lift_fresh"):
-            made = Counter((name, tuple(t.shape), t.dtype, str(t.device))
-                           for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+            made = [(tuple(t.shape), t.dtype, str(t.device)) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             if not self.backward:
                 self.forward_made.update(made)
             elif torch.is_grad_enabled():
-                self.recomputed.update(made)
+                for m in made:
+                    self.recomputed.setdefault(m, name)
         return out
 
 
@@ -211,6 +210,8 @@ def _devices(model: nn.Module, x: torch.Tensor) -> list[int]:
 def _run(model: nn.Module, x: torch.Tensor, scheme: Scheme, loss_fn: Callable[[Any], torch.Tensor],
          seed: int) -> _Step:
     model = copy.deepcopy(model)
+    for p in model.parameters():
+        p.grad = None  # deepcopy copies gradients: the step starts without any
     x = x.detach().clone().requires_grad_(x.is_floating_point())
     devices = _devices(model, x)
     error = ""
@@ -230,12 +231,14 @@ def _run(model: nn.Module, x: torch.Tensor, scheme: Scheme, loss_fn: Callable[[A
 
 
 def _metadata(step: _Step) -> Difference:
-    unmatched = step.metadata.recomputed - step.metadata.forward_made
+    """Every recomputed tensor's shape, dtype and device must be one the forward made (as
+    torch.utils.checkpoint's determinism_check asks of the saved ones)."""
+    unmatched = {m: op for m, op in step.metadata.recomputed.items() if m not in step.metadata.forward_made}
     if not unmatched:
         return Difference("saved-tensor metadata", True)
-    (op, shape, dtype, device), count = next(iter(unmatched.items()))
+    (shape, dtype, device), op = next(iter(unmatched.items()))
     return Difference("saved-tensor metadata", False, math.inf, math.inf,
-                      f"{sum(unmatched.values())} recomputed tensors the forward never made, e.g. {op} -> "
+                      f"the recomputation made {len(unmatched)} kinds of tensor the forward never made, e.g. {op} -> "
                       f"{list(shape)} {str(dtype).removeprefix('torch.')} on {device}")
 
 

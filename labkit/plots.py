@@ -291,3 +291,29 @@ def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "on
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig
+
+
+def loss_curves(curves: Mapping[str, Sequence[float]], reference: str = "plain",
+                title: str = "training loss, step by step") -> Figure:
+    """Left: each run's loss per step. Right: |loss - the reference run's| per step, log scale; a run equal to
+    the reference at every step is named so in the legend (a log axis cannot show 0)."""
+    if reference not in curves:
+        raise ValueError(f"loss_curves: reference={reference!r} is not one of the curves: {', '.join(curves)}")
+    fig, (ax, gap) = _new(ncols=2, width=10.0)
+    base = curves[reference]
+    for name, losses in curves.items():
+        steps = range(1, len(losses) + 1)
+        ax.plot(steps, losses, label=name, lw=1.4, ls="-" if name == reference else "--")
+        if name == reference:
+            continue
+        diffs = [abs(a - b) for a, b in zip(losses, base)]
+        if not any(diffs):
+            gap.plot([], [], label=f"{name}: equal at every step")
+            continue
+        gap.plot(steps, [d if d else float("nan") for d in diffs], marker=".", label=name)
+    ax.set(xlabel="step", ylabel="loss", title=title)
+    gap.set(xlabel="step", ylabel=f"|loss - {reference}|", yscale="log", title=f"distance from {reference}")
+    ax.legend(fontsize=8)
+    gap.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -100,7 +100,7 @@ def _long(size: Sizes) -> GPTConfig:
 
 
 def lab_peaks(size: Sizes) -> dict[str, int]:
-    """Predicted peak bytes on the device of each lab that puts tensors there (01-05), at `size`: its largest
+    """Predicted peak bytes on the device of each lab that puts tensors there (01-06), at `size`: its largest
     step, and what its notebook keeps alive beside it (checked against the allocator by `labkit gpu-check`)."""
     mlp_params = size.mlp_layers * (size.mlp_width ** 2 + size.mlp_width) * 4
     stack = _gpt(size, size.gpt_layers, torch.bfloat16)
@@ -108,6 +108,9 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
     sides, mib, draws, special = MEASURE_SIZES[size.name]
     ceilings = max(3 * max(sides) ** 2 * 4, 2 * mib * 2**20, 4 * draws, 8 * special)
     long = _long(size)
+    deep = _gpt(size, size.gpt_layers)
+    small = replace(deep, n_layers=max(1, size.gpt_layers // 2), batch=max(1, size.batch // 2))
+    wide_params = 4 * ((4 * size.mlp_width) ** 2 + 4 * size.mlp_width) * 4
     return {
         # the MLP chain's activations at batch 2**13 (a forward), or the last Adam step of one_step_meter
         # (weights, gradients, two moments and one of Adam's temporaries) beside `deep` and `gpt` with its own
@@ -124,6 +127,11 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
         "04": _gpt_step(long, 4),
         # the same stack, or the ceilings' own buffers (a matmul's three squares, a copy's two)
         "05": max(_gpt_step(long, 4), ceilings),
+        # the advisor's copy of `deep` or of the wide MLP: weights, gradients, Adam's two moments and the two
+        # parameter-sized temporaries of its foreach step (measured on the MLP); beside them the notebook's deep
+        # stack, wide MLP and small stack, each with its gradients
+        "06": max(_gpt_step(deep, 6), _chain_step(4, 4 * size.mlp_width, 4, 6))
+              + 2 * (gpt_param_count(deep) * 4 + wide_params + gpt_param_count(small) * 4),
     }
 
 

@@ -20,11 +20,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from labkit.harness import Scheme, per_block, plain
+from labkit.meter import MemoryMeter
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.profile import Sizes, sizes
 from labkit.timing import compare
 
-__all__ = ["train_losses", "rng_config", "SlowLoader", "loader_seconds", "pitfalls"]
+__all__ = ["train_losses", "rng_config", "SlowLoader", "loader_seconds", "costs", "pitfalls"]
 
 
 def rng_config(size: Sizes) -> GPTConfig:
@@ -35,13 +36,15 @@ def rng_config(size: Sizes) -> GPTConfig:
 
 def train_losses(model: nn.Module, x: torch.Tensor, scheme: Scheme, steps: int, lr: float = 1e-3,
                  seed: int = 0) -> list[float]:
-    """Train a copy of `model` for `steps` steps of SGD on the mean square of its output for input `x`, each
+    """Train a copy of `model` for `steps` steps of Adam on the mean square of its output for input `x`, each
     forward run by scheme(model, x), from generator seed `seed`; each step's loss. `model` and the global
     generators are left as they were."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"train_losses: steps={steps!r} must be a positive int")
     model = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for p in model.parameters():
+        p.grad = None  # deepcopy copies gradients; the first step starts without any
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     with torch.random.fork_rng(devices=[x.device.index or 0] if x.is_cuda else []):
         torch.manual_seed(seed)
@@ -92,6 +95,36 @@ def _step(model: nn.Module, scheme: Scheme) -> Callable[[torch.Tensor], None]:
         model.zero_grad(set_to_none=True)
         scheme(model, x).square().mean().backward()
     return run
+
+
+def costs(model: nn.Module, x: torch.Tensor, schemes: dict[str, Scheme], training: bool = True,
+          repeats: int = 5) -> dict[str, tuple[int, float]]:
+    """{name: (peak bytes, step time over the first scheme's)} of one step of `model` on `x` under each scheme:
+    with Adam when training, else a forward under no_grad. Peaks from the meter after a warm-up step; times
+    interleaved with the first scheme's (labkit.timing.compare)."""
+    opt = torch.optim.Adam(model.parameters()) if training else None
+
+    def step(scheme: Scheme) -> Callable[[], None]:
+        def run() -> None:
+            if opt is None:
+                with torch.no_grad():
+                    scheme(model, x)
+                return
+            opt.zero_grad(set_to_none=True)
+            scheme(model, x).float().square().mean().backward()
+            opt.step()
+        return run
+
+    first = step(next(iter(schemes.values())))
+    found = {}
+    with torch.random.fork_rng(devices=[x.device.index or 0] if x.is_cuda else []):
+        for name, scheme in schemes.items():
+            run = step(scheme)
+            run()
+            with MemoryMeter(model, opt, x) as meter:
+                run()
+            found[name] = (meter.peak, compare(first, run, repeats=repeats).ratio)
+    return found
 
 
 def pitfalls(size: Sizes | None = None) -> dict[str, Any]:
