@@ -44,7 +44,7 @@ class Difference:
 
     name: str  # what was compared: "loss", "grad blocks.0.mlp.fc1.weight", "buffer bn.running_mean", ...
     bitwise: bool  # same shape, dtype and device, and every element has the same bits
-    max_abs: float = 0.0  # largest |a - b| over the elements; inf when the two cannot be compared
+    max_abs: float = 0.0  # largest |a - b| over the elements whose bits differ; inf when not comparable
     max_rel: float = 0.0  # max_abs over the largest |a| (the baseline's); inf when that is 0 and max_abs is not
     detail: str = ""  # why the two cannot be compared (a missing tensor, another shape/dtype/device); else ""
 
@@ -75,10 +75,11 @@ def difference(name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> Dif
             if x != y]
     if meta:
         return Difference(name, False, math.inf, math.inf, "; ".join(meta))
-    if a.numel() == 0 or torch.equal(_bits(a), _bits(b)):
+    differ = _bits(a) != _bits(b)
+    if a.numel() == 0 or not differ.any():
         return Difference(name, True)
     a64, b64 = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
-    max_abs = (a64 - b64).abs().max().item()
+    max_abs = (a64 - b64)[differ.cpu()].abs().max().item()  # only where the bits differ: inf - inf is no error
     scale = a64.abs().max().item()
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
     return Difference(name, False, max_abs, max_rel)

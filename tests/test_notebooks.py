@@ -116,6 +116,8 @@ WRONG_ANSWERS = {  # solution -> [(text in the answer, the wrong text, the check
                      ("weight = [-(-w // unit) for w in weights]", "weight = [w // unit for w in weights]", "ex_4_3")],
     "05_roofline": [("    return max(compute_seconds(r, c), r.bytes_moved / c.peak_bandwidth, rand)",
                      "    return compute_seconds(r, c) + r.bytes_moved / c.peak_bandwidth + rand", "ex_5_1")],
+    "06_pitfalls": [("    differ = bits(a) != bits(b)", "    differ = a != b", "ex_6_1"),
+                    ("            bn.momentum, bn.num_batches_tracked = 0.0, None\n", "", "ex_6_2")],
 }
 
 

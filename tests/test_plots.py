@@ -55,3 +55,11 @@ def test_log_axes_read_as_plain_numbers():
     _drawn(wide)
     labels = [t.get_text() for t in wide.axes[0].get_yticklabels() if t.get_text()]
     assert {"0.1", "1", "10", "100"} <= set(labels), labels
+
+
+def test_loss_curves_name_a_run_equal_at_every_step_and_refuse_an_unknown_reference():
+    fig = lk.plots.loss_curves({"plain": [1.0, 0.9], "same": [1.0, 0.9], "drift": [1.0, 0.91]})
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert labels == ["same: equal at every step", "drift"]
+    with pytest.raises(ValueError, match="reference='base'"):
+        lk.plots.loss_curves({"plain": [1.0]}, reference="base")

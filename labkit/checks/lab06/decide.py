@@ -51,6 +51,7 @@ def ex_6_3(recommend: Callable[..., Any]) -> None:
         if got is not None and (not isinstance(got, str) or got not in s.schemes):
             raise CheckFailure("6.3", label, f"one of {sorted(s.schemes)} or None", f"{got!r:.60}", H.REC_SPEC)
         if got != want:
-            raise CheckFailure("6.3", label, repr(want), repr(got), hint)
+            unfit = got not in (None, "none") and s.schemes[got].peak_bytes > s.budget
+            raise CheckFailure("6.3", label, repr(want), repr(got), H.REC_FIT_ONLY if unfit else hint)
     passed("6.3", f"recommend decides as the advisor on {len(cases)} situations: inference, fitting, over budget, "
                   "nothing fits, at the budget, ties")

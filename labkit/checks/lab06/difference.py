@@ -17,11 +17,14 @@ def _cases() -> list[tuple[str, Any, Any, str]]:
     f = lambda *v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
     nan = float("nan")
     return [("equal tensors", f(1.5, -2.0, 3.25), f(1.5, -2.0, 3.25), H.DIFF_SPEC),
+            ("one unit in the last place apart", f(1.0, 2.0), torch.nextafter(f(1.0, 2.0), f(1.0, 3.0)),
+             H.DIFF_TOLERANCE),
             ("0.0 against -0.0", f(0.0, 1.0), f(-0.0, 1.0), H.DIFF_BITS),
             ("NaN in the same place of both", f(nan, 1.0), f(nan, 1.0), H.DIFF_BITS),
-            ("one unit in the last place apart", f(1.0, 2.0), f(1.0, math.nextafter(2.0, 3.0)), H.DIFF_TOLERANCE),
             ("a baseline of 1 and 100, one value 1 off", f(1.0, 100.0), f(2.0, 100.0), H.DIFF_REL),
             ("values 0.5 apart", f(3.0, -1.0, 0.25), f(3.0, -1.5, 0.25), H.DIFF_ABS),
+            ("an inf in the same place of both, another value 2 apart", f(math.inf, 1.0), f(math.inf, 3.0),
+             H.DIFF_ABS),
             ("a zero baseline against a nonzero value", f(0.0, 0.0), f(0.0, 1e-3), H.DIFF_REL),
             ("float32 against float64 of the same values", f(1.0, 2.0), f(1.0, 2.0).double(), H.DIFF_META),
             ("shape (2, 1) against (2,)", f(1.0, 2.0).reshape(2, 1), f(1.0, 2.0), H.DIFF_META),
@@ -64,6 +67,8 @@ def ex_6_1(student: Callable[..., Any]) -> None:
         for field in ("max_abs", "max_rel"):
             g, w = getattr(got, field), getattr(want, field)
             if not isinstance(g, (int, float)) or isinstance(g, bool) or not _same(float(g), w):
-                raise CheckFailure("6.1", f"{label}.{field}", f"{w:.6g}", f"{g!r:.40}", hint)
+                raise CheckFailure("6.1", f"{label}.{field}", f"{w:.6g}", f"{g!r:.40}",
+                                   H.DIFF_SPEC if not isinstance(g, (int, float)) else
+                                   hint if want.detail else H.DIFF_ABS if field == "max_abs" else H.DIFF_REL)
     passed("6.1", f"difference agrees with the harness on {len(cases)} cases: signed zeros and NaNs by their bits, "
                   "errors in float64, other shapes and dtypes not compared")

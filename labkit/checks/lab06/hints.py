@@ -11,7 +11,8 @@ DIFF_META = ("tensors of another shape, dtype or device are not comparable eleme
              "would hide a shape change): bitwise False, max_abs and max_rel inf, and detail saying which differs")
 DIFF_MISSING = ("None is a missing tensor (a gradient that never came): two Nones are equal; one None is not "
                 "comparable (inf, with a detail)")
-DIFF_ABS = "max_abs is the largest |a - b| over the elements, computed in float64 so it is not rounded away"
+DIFF_ABS = ("max_abs is the largest |a - b| over the elements whose bits differ (an inf against the same inf "
+            "is no error, though inf - inf is NaN), computed in float64 so it is not rounded away")
 DIFF_REL = ("max_rel is max_abs over the largest |a| of the baseline a (not the largest per-element ratio); when "
             "that is 0 it is 0 for equal values and inf otherwise")
 DIFF_INPUTS = "leave a and b as they were (detach before you compute; do not change them in place)"

@@ -1,0 +1,119 @@
+"""The decision helper: known answers, predictions against measurements, and bad input named."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import labkit as lk
+from labkit.advice import SCHEMES, SchemeCost, Situation, advise, check_budget, recommend, scheme, situation
+from labkit.bench.lab06 import costs
+from labkit.harness import compare_step
+
+MiB = 2**20
+
+
+def _s(training, budget, **schemes):
+    return Situation(training, budget, 1, 1, {n: SchemeCost(p, o) for n, (p, o) in schemes.items()})
+
+
+@pytest.mark.parametrize("s, want", [
+    (_s(True, 100, none=(90, 0), full=(85, .4)), "none"),
+    (_s(True, 100, none=(100, 0), full=(85, .4)), "none"),
+    (_s(False, 10, none=(90, 0)), "none"),
+    (_s(True, 80, none=(90, 0), full=(85, .4)), None),
+    (_s(True, 60, none=(95, 0), full=(40, .45), sqrt_n=(55, .3), selective=(70, .1)), "sqrt_n"),
+    (_s(True, 60, none=(95, 0), full=(45, .3), sqrt_n=(55, .3)), "full"),
+], ids=["fits", "at-budget", "inference", "nothing-fits", "least-overhead", "tie-lower-peak"])
+def test_recommend_known_answers(s, want):
+    assert recommend(s) == want
+
+
+@pytest.fixture(scope="module")
+def deep():
+    cfg = lk.GPTConfig(seq=32, batch=4, hidden=32, heads=2, n_layers=4, dropout=0.1)
+    return lk.GPTStack(cfg), lk.gpt_input(cfg, requires_grad=True)
+
+
+@pytest.fixture(scope="module")
+def deep_situation(deep):
+    return situation(*deep, 1 * MiB)
+
+
+@pytest.fixture(scope="module")
+def wide():
+    model = lk.MLPChain(lk.MLPConfig(n_layers=2, width=256))
+    return model, lk.mlp_input(model.cfg, 2, requires_grad=True)
+
+
+def test_parameter_dominated_do_not_checkpoint(wide):
+    fits = advise(*wide, 64 * MiB, repeats=1)
+    assert fits.scheme == "none" and "fits" in fits.reasons[0]
+    peak = fits.situation.schemes["none"].peak_bytes
+    assert fits.situation.state_bytes > 0.7 * peak  # weights, gradients, Adam's moments
+    under = advise(*wide, int(0.9 * peak), repeats=1)
+    assert under.scheme is None
+    assert "no scheme fits" in under.reasons[0] and "optimizer state" in under.reasons[1]
+    assert "recommendation: nothing fits" in str(under)
+
+
+def test_activation_dominated_over_budget_names_a_scheme(deep, deep_situation):
+    s = deep_situation
+    assert s.activation_share > 0.5 and set(s.schemes) == set(SCHEMES)
+    budget = int(0.8 * s.schemes["none"].peak_bytes)
+    a = advise(*deep, budget, repeats=1)
+    assert a.scheme in ("full", "sqrt_n", "selective")
+    assert a.situation.schemes[a.scheme].peak_bytes <= budget
+    assert a.scheme in a.reasons[1]
+
+
+def test_inference_do_not_checkpoint(deep):
+    a = advise(*deep, 1, training=False)
+    assert a.scheme == "none" and "no backward" in a.reasons[0]
+    assert list(a.situation.schemes) == ["none"] and a.situation.activation_bytes == 0
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+def test_each_scheme_is_exact_and_its_peak_is_predicted_within_a_quarter(deep, deep_situation, name):
+    model, x = deep
+    assert compare_step(model, x, scheme(name)).ok
+    (measured, _), = costs(model, x, {name: scheme(name)}, repeats=1).values()
+    predicted = deep_situation.schemes[name].peak_bytes
+    assert abs(predicted - measured) / measured <= 0.25, (name, predicted, measured)
+    model.zero_grad(set_to_none=True)
+
+
+def test_schemes_order_by_memory_as_the_labs_taught(deep_situation):
+    peak = {n: c.peak_bytes for n, c in deep_situation.schemes.items()}
+    assert peak["full"] < peak["sqrt_n"] < peak["none"] and peak["selective"] < peak["none"]
+    assert all(c.overhead > 0 for n, c in deep_situation.schemes.items() if n != "none")
+
+
+def test_the_model_and_the_generators_are_left_as_they_were(deep):
+    model, x = deep
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(5)
+    want = torch.rand(3)
+    torch.manual_seed(5)
+    situation(model, x, MiB, repeats=1)
+    assert torch.equal(torch.rand(3), want)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("budget", [0, -5, 1.5, "2GiB", True, None, float("inf")])
+def test_a_budget_that_is_not_a_positive_number_of_bytes_is_refused_by_name(wide, budget):
+    with pytest.raises(ValueError, match=f"budget={budget!r}"):
+        advise(*wide, budget)
+    with pytest.raises(ValueError, match="positive int of bytes"):
+        check_budget(budget)
+
+
+def test_other_bad_input_is_named(wide):
+    with pytest.raises(ValueError, match="has no blocks"):
+        advise(nn.Linear(4, 4), torch.ones(1, 4), MiB)
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        advise("model", torch.ones(1), MiB)
+    with pytest.raises(TypeError, match="training="):
+        advise(*wide, MiB, training="yes")
+    with pytest.raises(ValueError, match="'half' is not a scheme"):
+        scheme("half")

@@ -1,0 +1,218 @@
+"""The state-equivalence harness: bitwise equality for correct checkpoints, each planted fault flagged by name."""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import labkit as lk
+from labkit.harness import Difference, Report, blocks_of, compare_step, difference, per_block, plain, wrap_blocks
+from labkit.reference.recompute import Recompute, checkpoint as lab02_checkpoint, checkpoint_hooks
+from labkit.reference.pitfalls import batchnorm_once, in_backward
+
+NON_REENTRANT = per_block(lambda f, x: checkpoint(f, x, use_reentrant=False))
+REENTRANT = per_block(lambda f, x: checkpoint(f, x, use_reentrant=True))
+CORRECT = {"torch non-reentrant": NON_REENTRANT, "torch reentrant": REENTRANT,
+           "lab 02 checkpoint": per_block(lab02_checkpoint), "lab 02 checkpoint_hooks": per_block(checkpoint_hooks)}
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    cfg = lk.GPTConfig(seq=16, batch=2, hidden=32, heads=2, n_layers=2, dropout=0.1)
+    return lk.GPTStack(cfg), lk.gpt_input(cfg, requires_grad=True)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return lk.ConvNet(channels=4, n_blocks=2), torch.randn(4, 4, 6, 6, generator=torch.Generator().manual_seed(2))
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_correct_checkpoints_are_bitwise_equal_on_the_gpt_stack_with_dropout(gpt, name):
+    report = compare_step(*gpt, CORRECT[name])
+    assert report.ok, f"{name}:\n{report}"
+    names = report.names()
+    assert {"output", "loss", "grad input", "rng cpu", "saved-tensor metadata"} <= set(names)
+    assert len(report.names("grad blocks.")) == sum(1 for n, _ in gpt[0].named_parameters() if n.startswith("blocks."))
+
+
+@pytest.mark.parametrize("scheme", [NON_REENTRANT, REENTRANT], ids=["non-reentrant", "reentrant"])
+def test_correct_checkpoints_with_batchnorm_patched_are_bitwise_equal_on_the_cnn(cnn, scheme):
+    report = compare_step(*cnn, lambda m, x: scheme(batchnorm_once(m), x))
+    assert report.ok, str(report)
+    assert report.names("buffer") and all(report[n].bitwise for n in report.names("buffer"))
+
+
+@pytest.mark.parametrize("scheme", [per_block(lambda f, x: checkpoint(f, x, use_reentrant=False, preserve_rng_state=False)),
+                                    per_block(lambda f, x: Recompute.apply(f, x))], ids=["torch-no-rng", "Recompute"])
+def test_rng_not_replayed_is_flagged_by_name(gpt, scheme):
+    report = compare_step(*gpt, scheme)
+    flagged = {d.name for d in report.failures}
+    assert "rng cpu" in flagged and "grad input" in flagged
+    assert any(n.startswith("grad blocks.0.") for n in flagged)
+    assert report["loss"].bitwise  # the forward is the same: only what backward used differs
+    assert "another state" in str(report["rng cpu"])
+
+
+def test_batchnorm_updated_twice_is_flagged_by_name(cnn):
+    report = compare_step(*cnn, NON_REENTRANT)
+    flagged = {d.name for d in report.failures}
+    assert flagged == {f"buffer blocks.{i}.1.{b}" for i in range(2)
+                       for b in ("running_mean", "running_var", "num_batches_tracked")}
+    assert report["buffer blocks.0.1.num_batches_tracked"].max_abs == 1
+
+
+def _autocast_when_rerun(f):
+    def run(h):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=in_backward()):
+            return f(h)
+    return run
+
+
+def test_a_recomputation_under_another_autocast_state_is_flagged_by_name(gpt):
+    scheme = per_block(lambda f, x: checkpoint(_autocast_when_rerun(f), x, use_reentrant=False,
+                                               determinism_check="none"))
+    report = compare_step(*gpt, scheme)
+    assert not report.ok and "in backward" in report.error
+    meta = report["saved-tensor metadata"]
+    assert not meta.bitwise and "bfloat16" in meta.detail
+
+
+def test_torchs_own_metadata_check_refuses_the_same_fault_and_the_report_says_so(gpt):
+    scheme = per_block(lambda f, x: checkpoint(_autocast_when_rerun(f), x, use_reentrant=False))
+    report = compare_step(*gpt, scheme)
+    assert "CheckpointError" in report.error and "metadata" in report.error
+    assert "raised" in str(report)
+
+
+def test_a_recomputation_summing_in_another_order_differs_in_values_not_metadata(gpt):
+    class Halves(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.addmm.default:
+                bias, p, q = args[:3]
+                k = p.shape[-1] // 2
+                return torch.mm(p[:, :k], q[:k]) + torch.mm(p[:, k:], q[k:]) + bias
+            return func(*args, **(kwargs or {}))
+
+    scheme = per_block(lambda f, x: checkpoint(f, x, use_reentrant=False,
+                                               context_fn=lambda: (nullcontext(), Halves())))
+    report = compare_step(*gpt, scheme)
+    assert report["saved-tensor metadata"].bitwise and report["loss"].bitwise
+    grads = [d for d in report.failures if d.name.startswith("grad")]
+    assert grads and all(0 < d.max_rel < 1e-3 and not d.detail for d in grads)
+    assert report.within(1e-3) and not report.within(0.0)
+
+
+def test_the_model_and_the_generators_are_left_as_they_were(gpt):
+    model, x = gpt
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(3)
+    want = torch.rand(2)
+    torch.manual_seed(3)
+    compare_step(model, x, NON_REENTRANT)
+    assert torch.equal(torch.rand(2), want)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert x.grad is None
+
+
+def test_a_copy_starts_without_the_originals_gradients(cnn):
+    model, x = cnn
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 7.0)
+    try:
+        report = compare_step(model, x, lambda m, x: m(x), baseline=lambda m, x: m(x))
+        assert report.ok
+        fresh = compare_step(model, x, plain, baseline=plain)
+        assert fresh["grad head.weight"].bitwise
+    finally:
+        model.zero_grad(set_to_none=True)
+    # the gradient compared is this step's own, not 7 plus it
+    grads = {}
+    for start in (None, 7.0):
+        for p in model.parameters():
+            p.grad = None if start is None else torch.full_like(p, start)
+        grads[start] = compare_step(model, x, plain)
+    model.zero_grad(set_to_none=True)
+    assert grads[None].ok and grads[7.0].ok
+
+
+def test_a_forward_that_raises_is_reported_and_a_baseline_that_raises_is_an_error(gpt):
+    def refuses(model, x):
+        raise RuntimeError("no")
+    report = compare_step(*gpt, refuses)
+    assert report.error == "RuntimeError in forward: no" and not report.ok and not report.items
+    with pytest.raises(RuntimeError, match="baseline"):
+        compare_step(*gpt, plain, baseline=lambda m, x: m(x).detach())
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        compare_step("model", torch.ones(1), plain)
+    with pytest.raises(TypeError, match="x must be a tensor"):
+        compare_step(nn.Linear(1, 1), [1.0], plain)
+    with pytest.raises(TypeError, match="scheme must be callable"):
+        compare_step(nn.Linear(1, 1), torch.ones(1), "plain")
+    with pytest.raises(ValueError, match="has no blocks"):
+        blocks_of(nn.Linear(2, 2))
+    report = compare_step(nn.Linear(2, 2), torch.ones(1, 2), NON_REENTRANT)  # the scheme's error, reported
+    assert "ValueError in forward: Linear has no blocks" in str(report)
+
+
+def test_wrap_blocks_puts_every_forward_back_even_when_the_body_raises():
+    chain = lk.MLPChain(lk.MLPConfig(n_layers=3, width=4))
+    with pytest.raises(KeyError):
+        with wrap_blocks(chain, lambda f, x: f(x) * 0):
+            assert torch.equal(chain(torch.ones(1, 4)), torch.zeros(1, 4))
+            raise KeyError("inside")
+    assert all("forward" not in vars(m) for _, m in blocks_of(chain))
+
+
+# ---------------------------------------------------------------- difference
+def test_difference_by_bits():
+    f = lambda *v: torch.tensor(v)  # noqa: E731
+    assert difference("z", f(0.0), f(-0.0)) == Difference("z", False, 0.0, 0.0)
+    assert difference("n", f(float("nan")), f(float("nan"))).bitwise
+    assert difference("e", f(1.0, 2.0), f(1.0, 2.0)).bitwise
+    d = difference("r", f(1.0, 100.0), f(2.0, 100.0))
+    assert (d.max_abs, d.max_rel) == (1.0, 0.01)
+    assert difference("zero", f(0.0), f(1e-3)).max_rel == math.inf
+    assert "dtype" in difference("t", f(1.0), f(1.0).double()).detail
+    assert "shape" in difference("s", f(1.0, 2.0).reshape(2, 1), f(1.0, 2.0)).detail
+    assert difference("none", None, None).bitwise
+    assert difference("one", f(1.0), None).detail == "missing"
+    assert difference("b", torch.tensor([True]), torch.tensor([False])).max_abs == 1.0
+    assert difference("inf", f(float("inf"), 1.0), f(float("inf"), 3.0)).max_abs == 2.0
+    assert str(difference("e", f(1.0), f(1.0))) == "e: bitwise equal"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=False), min_size=1, max_size=8),
+       st.integers(0, 7), st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]))
+def test_difference_is_bitwise_exactly_when_the_bytes_agree(values, at, dtype):
+    a = torch.tensor(values).to(dtype)
+    b = a.clone()
+    assert difference("x", a, b).bitwise
+    i = at % a.numel()
+    b[i] = -b[i] if not torch.isnan(b[i]) else 1.0
+    same_bytes = bytes(a.view(torch.uint8).tolist()) == bytes(b.view(torch.uint8).tolist())
+    d = difference("x", a, b)
+    assert d.bitwise == same_bytes
+    if not d.bitwise and not torch.isnan(a).any():
+        assert d.max_abs == (a.double() - b.double())[i].abs().item()  # the one changed element
+
+
+def test_report_reads_by_name_and_says_what_it_compared():
+    report = Report([Difference("loss", True), Difference("grad w", False, 1e-7, 1e-6)])
+    assert not report.ok and report.failures == [report["grad w"]]
+    assert report.within(1e-5) and not report.within(1e-7) and report.within(0.0, ignore=["grad"])
+    assert str(report) == "1 of 2 compared items bitwise equal:\n  grad w: max abs 1e-07, max rel 1e-06"
+    with pytest.raises(KeyError, match="compared: loss, grad w"):
+        report["rng cpu"]
