@@ -110,7 +110,7 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
     long = _long(size)
     deep = _gpt(size, size.gpt_layers)
     small = replace(deep, n_layers=max(1, size.gpt_layers // 2), batch=max(1, size.batch // 2))
-    wide_params = 4 * ((4 * size.mlp_width) ** 2 + 4 * size.mlp_width) * 4
+    wide_params = 4 * (1024 ** 2 + 1024) * 4  # the lab's wide MLP: 4 layers of width 1024 on every profile
     return {
         # the MLP chain's activations at batch 2**13 (a forward), or the last Adam step of one_step_meter
         # (weights, gradients, two moments and one of Adam's temporaries) beside `deep` and `gpt` with its own
@@ -130,7 +130,7 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
         # the advisor's copy of `deep` or of the wide MLP: weights, gradients, Adam's two moments and the two
         # parameter-sized temporaries of its foreach step (measured on the MLP); beside them the notebook's deep
         # stack, wide MLP and small stack, each with its gradients
-        "06": max(_gpt_step(deep, 6), _chain_step(4, 4 * size.mlp_width, 4, 6))
+        "06": max(_gpt_step(deep, 6), _chain_step(4, 1024, 4, 6))
               + 2 * (gpt_param_count(deep) * 4 + wide_params + gpt_param_count(small) * 4),
     }
 
