@@ -170,6 +170,23 @@ def test_guard_puts_back_a_monkeypatched_checker_and_names_it(capsys):
     assert guard.verify() == [], "nothing changed since: nothing to report"
 
 
+def test_guard_lets_copy_deepcopy_cache_slot_names_on_a_labkit_class():
+    import copy
+
+    import labkit as lk
+
+    class Config(lk.GPTConfig):  # a fresh subclass: copyreg has cached nothing on it yet
+        pass
+    lk.models.FreshConfig = Config
+    guard.arm()
+    try:
+        copy.deepcopy(Config(seq=2, batch=1, hidden=2, heads=1, n_layers=1))  # writes Config.__slotnames__
+        assert "__slotnames__" in vars(Config)
+        assert guard.verify() == []
+    finally:
+        del lk.models.FreshConfig
+
+
 # ---------------------------------------------------------------- turning events into rows
 def _cells():
     return [{"index": 1, "role": "answer", "exercises": ["2.1"]}, {"index": 2, "role": "checker", "exercises": ["2.1"]},

@@ -65,7 +65,8 @@ def _watched(modules: list[types.ModuleType]) -> dict[tuple, tuple[Any, Any]]:
 
     for cls in classes + [torch.Tensor, torch._C.TensorBase, torch.nn.Module, torch.autograd.Function]:
         where = f"{cls.__module__}.{cls.__qualname__}"
-        found[(where, "(its attributes)")] = (frozenset(vars(cls)), ("keys", cls))  # one added shadows a base's
+        # one added shadows a base's; __slotnames__ is copyreg's cache, written by the first copy.deepcopy
+        found[(where, "(its attributes)")] = (frozenset(vars(cls)) - {"__slotnames__"}, ("keys", cls))
         for name, value in list(vars(cls).items()):
             found[(where, name)] = (value, cls)
     for name in _SYS:
@@ -132,7 +133,7 @@ def _put_back(key: tuple, value: Any, owner: Any) -> None:
         for event, callbacks in value.items():
             owner[1].events.callbacks[event][:] = list(callbacks)
     elif isinstance(owner, tuple) and owner[0] == "keys":
-        for name in set(vars(owner[1])) - value:
+        for name in set(vars(owner[1])) - value - {"__slotnames__"}:
             delattr(owner[1], name)
     elif len(key) == 3:  # a function's code, defaults, keyword defaults and closure
         owner.__code__, owner.__defaults__, owner.__kwdefaults__ = value[:3]
