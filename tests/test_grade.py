@@ -177,6 +177,7 @@ def test_guard_lets_copy_deepcopy_cache_slot_names_on_a_labkit_class():
 
     class Config(lk.GPTConfig):  # a fresh subclass: copyreg has cached nothing on it yet
         pass
+    Config.__module__ = "labkit.models"  # the guard watches labkit's classes
     lk.models.FreshConfig = Config
     guard.arm()
     try:
