@@ -32,7 +32,9 @@ ALLOWED_ERRORS = ("NotImplementedError", "NotAttempted")  # a student notebook's
 WIDGET_ERRORS = ("Error displaying widget", "Failed to load model class", "Failed to load view class",
                  "Could not create a view", "Click to show javascript error")  # the last: ipywidgets 8's error view
 SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-            "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False}}
+            "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+            # no "get notified about Jupyter news?" toast over the screenshots
+            "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"}}
 
 
 def _free_port() -> int:

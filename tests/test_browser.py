@@ -9,7 +9,6 @@ module does not exist) are caught and named. Skipped, with one line from `make t
 """
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
