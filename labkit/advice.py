@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from labkit.harness import Scheme, blocks_of, plain, wrapped
 from labkit.ledger import Ledger
 from labkit.meter import MemoryMeter
-from labkit.tensors import tensor_storages
+from labkit.tensors import cuda_devices, tensor_storages
 from labkit.timing import benchmark
 
 __all__ = ["SchemeCost", "Situation", "Advice", "check_budget", "recommend", "situation", "advise", "scheme",
@@ -225,7 +225,7 @@ def situation(model: nn.Module, x: torch.Tensor, budget: int, *, training: bool 
     blocks_of(model)  # a model without blocks is refused before anything runs
     if not isinstance(training, bool):
         raise TypeError(f"situation: training={training!r} must be True or False")
-    with torch.random.fork_rng(devices=[x.device.index or 0] if x.is_cuda else []):  # dropout draws: put back
+    with torch.random.fork_rng(devices=cuda_devices(x)):  # dropout draws: put back
         return _measure(copy.deepcopy(model), x, budget, training, loss_fn, repeats)
 
 
@@ -254,7 +254,10 @@ def _measure(model: nn.Module, x: torch.Tensor, budget: int, training: bool,
     under = lambda fqn: sum(b for m, b in saved.items() if m == fqn or m.startswith(fqn + "."))  # noqa: E731
     names = [fqn for fqn, _ in blocks]
     act = [under(fqn) for fqn in names]
-    ins = _inputs_of([m for _, m in blocks], lambda: model(x))
+    cores = [getattr(getattr(m, "attn", None), "core", None) for _, m in blocks]
+    selective = all(isinstance(c, nn.Module) for c in cores)
+    seen = _inputs_of([m for _, m in blocks] + (cores if selective else []), lambda: model(x))
+    ins, core_ins = seen[:len(blocks)], seen[len(blocks):]
     in_bytes = [_nbytes(a) for a in ins]
     t_fwd = [_forward_seconds(m, a, repeats) for (_, m), a in zip(blocks, ins)]
     peak, n = meter.peak, len(blocks)
@@ -267,10 +270,8 @@ def _measure(model: nn.Module, x: torch.Tensor, budget: int, training: bool,
         rebuilt = max(sum(act[i] for i in seg) for seg in segments[:-1])
         schemes["sqrt_n"] = SchemeCost(max(kept, kept - sum(act[i] for i in last) + rebuilt),
                                        sum(t_fwd[i] for i in ckpt) / t_step)
-    cores = [getattr(getattr(m, "attn", None), "core", None) for _, m in blocks]
-    if all(isinstance(c, nn.Module) for c in cores):
+    if selective:
         core_act = [under(f"{fqn}.attn.core") for fqn in names]
-        core_ins = _inputs_of(cores, lambda: model(x))
         t_core = [_forward_seconds(c, a, repeats) for c, a in zip(cores, core_ins)]
         schemes["selective"] = SchemeCost(peak - sum(core_act) + sum(_nbytes(a) for a in core_ins) + max(core_act),
                                           sum(t_core) / t_step)

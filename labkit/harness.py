@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from labkit.tensors import check_callable, op_name
+from labkit.tensors import check_callable, cuda_devices, op_name
 
 __all__ = ["Scheme", "Difference", "Report", "difference", "compare_step", "plain", "per_block", "blocks_of", "wrap_blocks", "wrapped"]
 
@@ -203,9 +203,8 @@ class _Step:
     error: str  # what backward raised, or ""
 
 
-def _devices(model: nn.Module, x: torch.Tensor) -> list[int]:
-    tensors = [x, *model.parameters(), *model.buffers()]
-    return sorted({t.device.index or 0 for t in tensors if t.is_cuda})
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [""])[0]
 
 
 def _run(model: nn.Module, x: torch.Tensor, scheme: Scheme, loss_fn: Callable[[Any], torch.Tensor],
@@ -214,7 +213,7 @@ def _run(model: nn.Module, x: torch.Tensor, scheme: Scheme, loss_fn: Callable[[A
     for p in model.parameters():
         p.grad = None  # deepcopy copies gradients: the step starts without any
     x = x.detach().clone().requires_grad_(x.is_floating_point())
-    devices = _devices(model, x)
+    devices = cuda_devices(model, x)
     error = ""
     with torch.random.fork_rng(devices=devices), _Metadata() as meta:
         torch.manual_seed(seed)
@@ -225,7 +224,7 @@ def _run(model: nn.Module, x: torch.Tensor, scheme: Scheme, loss_fn: Callable[[A
         try:
             loss.backward(seed_grad)
         except Exception as e:  # a recomputation that went wrong: reported with what was recorded before it
-            error = f"{type(e).__name__} in backward: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            error = f"{type(e).__name__} in backward: {_first_line(e)}"
         rng = {"cpu": torch.get_rng_state(), **{f"cuda:{d}": torch.cuda.get_rng_state(d) for d in devices}}
     return _Step(output, loss.detach(), x.grad, {n: p.grad for n, p in model.named_parameters()},
                  {n: b.detach().clone() for n, b in model.named_buffers()}, rng, meta, error)
@@ -273,7 +272,7 @@ def compare_step(model: nn.Module, x: torch.Tensor, scheme: Scheme, *, baseline:
     try:
         b = _run(model, x, scheme, loss_fn, seed)
     except Exception as e:  # a scheme whose forward refuses is a finding, not a crash
-        return Report(error=f"{type(e).__name__} in forward: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+        return Report(error=f"{type(e).__name__} in forward: {_first_line(e)}")
     out_a = [t for t in tree_leaves(a.output) if isinstance(t, torch.Tensor)]
     out_b = [t for t in tree_leaves(b.output) if isinstance(t, torch.Tensor)]
     items = [difference("output" if len(out_a) == 1 else f"output {i}", s, t)

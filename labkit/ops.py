@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 from torch.utils.flop_counter import flop_registry
 
-from labkit.tensors import check_callable, module_stack, op_name, tensor_storages
+from labkit.tensors import check_callable, cuda_devices, module_stack, op_name, tensor_storages
 from labkit.timing import benchmark
 
 __all__ = ["OpRecord", "trace", "op_key"]
@@ -140,8 +140,7 @@ def trace(fn: Callable[..., Any], *args: Any, model: nn.Module | None = None, ti
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"trace: repeats={repeats!r} must be an int >= 1")
     modules: list[str] = []
-    devices = sorted({t.device.index or 0 for t in torch.utils._pytree.tree_leaves((args, kwargs))
-                      if isinstance(t, torch.Tensor) and t.is_cuda})
+    devices = cuda_devices(args, kwargs)
     device = torch.device("cuda", devices[0]) if devices else torch.device("cpu")
     clock = (lambda replay: benchmark(replay, repeats=repeats, warmup=1, device=device).median) if time else None
     tracer = _Tracer(modules, clock, devices)

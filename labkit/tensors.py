@@ -26,6 +26,16 @@ def tensor_storages(*trees: Any) -> list[torch.UntypedStorage]:
     return list(seen.values())
 
 
+def cuda_devices(*trees: Any) -> list[int]:
+    """Sorted indices of the CUDA devices holding a tensor in `trees` (a module's parameters and buffers count):
+    the generators torch.random.fork_rng must save and restore."""
+    found = set()
+    for leaf in tree_leaves(trees):
+        tensors = [*leaf.parameters(), *leaf.buffers()] if isinstance(leaf, nn.Module) else [leaf]
+        found |= {t.device.index or 0 for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda}
+    return sorted(found)
+
+
 def check_callable(fn: Any, who: str, name: str = "fn") -> None:
     """TypeError naming the type when argument `name` of `who` cannot be called."""
     if not callable(fn):

@@ -24,11 +24,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from run_all import ALLOWED, CHECKER  # what a student notebook may show after Run All, as nbclient judges it
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 TALL = 4000  # the viewport's height while screenshots are taken
-ALLOWED_ERRORS = ("NotImplementedError", "NotAttempted")  # a student notebook's stubs and checkers
 WIDGET_ERRORS = ("Error displaying widget", "Failed to load model class", "Failed to load view class",
                  "Could not create a view", "Click to show javascript error")  # the last: ipywidgets 8's error view
 SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
@@ -125,8 +126,7 @@ class CellView:
     text: str  # the cell's rendered outputs as text
     images: int  # image outputs in the cell's model
     shown_images: int  # <img> elements of its outputs that loaded (naturalWidth > 0)
-    widgets: int  # widget outputs in the cell's model
-    shown_widgets: int  # rendered widget views in its outputs
+    shown_widgets: int  # outputs showing a widget that rendered (no error view)
 
 
 def problems(name: str, cells: list[CellView], student: bool = False) -> list[str]:
@@ -137,14 +137,14 @@ def problems(name: str, cells: list[CellView], student: bool = False) -> list[st
     for c in cells:
         where = f"{name}, cell {c.index}"
         for ename, evalue in c.errors:
-            if not (student and ename in ALLOWED_ERRORS):
+            if not (student and ename in ALLOWED):
                 found.append(f"{where}: {ename}: {evalue[:200]}")
         shown = next((e for e in WIDGET_ERRORS if e in c.text), None)
         if shown:  # a closed widget (a finished progress bar) shows nothing, and that is no fault
             found.append(f"{where}: a widget did not render ({shown})")
         if c.shown_images < c.images:
             found.append(f"{where}: {c.images - c.shown_images} of {c.images} figures not shown as images")
-        if student and "lk.checks.ex_" in c.source and "not attempted" not in c.stderr + c.text:
+        if student and CHECKER in c.source and "not attempted" not in c.stderr + c.text:
             found.append(f"{where}: the checker did not report 'not attempted'")
     return found
 
@@ -195,7 +195,6 @@ _CELLS = """() => {
             text: area.innerText,
             images: outputs.filter(o => o.data && (o.data['image/png'] || o.data['image/jpeg'])).length,
             shown_images: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
-            widgets: outputs.filter(o => o.data && o.data['application/vnd.jupyter.widget-view+json']).length,
             shown_widgets: [...area.querySelectorAll('.jp-OutputArea-output')]
                            .filter(v => v.querySelector('.jupyter-widgets') &&
                                         !v.querySelector('.jupyter-widgets-error-widget') &&

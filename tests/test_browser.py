@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 STUDENT = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SHOTS = ROOT / "build" / "browser"
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM, reason="Chromium is not installed (apt-get install chromium)"),

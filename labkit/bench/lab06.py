@@ -23,6 +23,7 @@ from labkit.harness import Scheme, per_block, plain
 from labkit.meter import MemoryMeter
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.profile import Sizes, sizes
+from labkit.tensors import cuda_devices
 from labkit.timing import compare
 
 __all__ = ["train_losses", "rng_config", "SlowLoader", "loader_seconds", "costs", "pitfalls"]
@@ -46,7 +47,7 @@ def train_losses(model: nn.Module, x: torch.Tensor, scheme: Scheme, steps: int, 
         p.grad = None  # deepcopy copies gradients; the first step starts without any
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
-    with torch.random.fork_rng(devices=[x.device.index or 0] if x.is_cuda else []):
+    with torch.random.fork_rng(devices=cuda_devices(x)):
         torch.manual_seed(seed)
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
@@ -117,7 +118,7 @@ def costs(model: nn.Module, x: torch.Tensor, schemes: dict[str, Scheme], trainin
 
     first = step(next(iter(schemes.values())))
     found = {}
-    with torch.random.fork_rng(devices=[x.device.index or 0] if x.is_cuda else []):
+    with torch.random.fork_rng(devices=cuda_devices(x)):
         for name, scheme in schemes.items():
             run = step(scheme)
             run()
