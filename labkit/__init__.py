@@ -11,12 +11,12 @@ except ImportError as e:  # pragma: no cover - exercised by hand on a machine wi
         "then check with `python -m labkit doctor`."
     ) from e
 
-from labkit import advice, bench, checks, harness, ops, plots, roofline, stubs, widgets
+from labkit import advice, bench, checks, harness, ops, planning, plots, roofline, stubs, widgets
 from labkit.doctor import doctor
 from labkit.memory import Ledger, MemoryMeter, measure_peak, saved_tensors
 from labkit.models import (
-    ConvNet, GPTConfig, GPTStack, GPTBlock, MLPChain, MLPConfig, gpt_input, korthikanti_bytes,
-    korthikanti_terms, layer_chain, mlp_input, parameter_bytes,
+    GPT, ConvNet, GPTConfig, GPTStack, GPTBlock, MLPChain, MLPConfig, gpt_input, gpt_tokens, korthikanti_bytes,
+    korthikanti_terms, layer_chain, mlp_input, next_token_loss, parameter_bytes,
 )
 from labkit.profile import PROFILES, Sizes, profile, sizes
 from labkit.timing import benchmark, compare
@@ -24,8 +24,9 @@ from labkit.timing import benchmark, compare
 stubs.install()  # in a notebook, a stub's NotImplementedError shows as one line naming its exercise
 
 __all__ = [
-    "PROFILES", "Sizes", "advice", "bench", "checks", "harness", "ops", "plots", "roofline", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",
+    "PROFILES", "Sizes", "advice", "bench", "checks", "harness", "ops", "planning", "plots", "roofline", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",
     "Ledger", "MemoryMeter", "measure_peak", "saved_tensors",
-    "ConvNet", "GPTConfig", "GPTStack", "GPTBlock", "MLPChain", "MLPConfig", "gpt_input", "mlp_input",
+    "ConvNet", "GPT", "GPTConfig", "GPTStack", "GPTBlock", "MLPChain", "MLPConfig", "gpt_input", "gpt_tokens",
+    "mlp_input", "next_token_loss",
     "korthikanti_bytes", "korthikanti_terms", "layer_chain", "parameter_bytes",
 ]

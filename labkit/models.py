@@ -4,6 +4,8 @@
 - ``GPTBlock`` / ``GPTStack``: a transformer layer in the Megatron-LM layout,
   with one named submodule per activation term of Korthikanti et al. 2022, so
   that measured saved bytes can be attributed module by module.
+- ``GPT``: a whole language model: token and position embeddings, a GPTStack's blocks, and a head
+  (lab 07's capstone), with ``gpt_tokens`` for its input and ``next_token_loss`` for its loss.
 - ``ConvNet``: a small CNN of Conv+BatchNorm+ReLU blocks (lab 06: BatchNorm under recomputation).
 - ``korthikanti_terms`` / ``korthikanti_bytes``: that paper's formula, term by
   term, generalised from 16-bit activations to any element size.
@@ -23,6 +25,7 @@ from torch import nn
 __all__ = [
     "MLPConfig", "MLPChain", "mlp_input",
     "ConvNet", "GPTConfig", "Dropout", "CoreAttention", "SelfAttention", "MLP", "GPTBlock", "GPTStack", "gpt_input",
+    "GPT", "gpt_tokens", "next_token_loss",
     "ActivationTerm", "korthikanti_terms", "korthikanti_bytes", "parameter_bytes", "gpt_param_count",
 ]
 
@@ -278,6 +281,51 @@ def gpt_input(cfg: GPTConfig, requires_grad: bool = False, device: torch.device 
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     x = torch.randn(cfg.batch, cfg.seq, cfg.hidden, generator=gen).to(device=device, dtype=cfg.dtype)
     return x.requires_grad_(requires_grad)
+
+
+class GPT(nn.Module):
+    """A language model: token and position embeddings, embedding dropout, cfg.n_layers GPTBlocks (``blocks``, as
+    in GPTStack), a final LayerNorm and an untied head to `vocab` logits. Takes (b, s) token ids."""
+
+    def __init__(self, cfg: GPTConfig, vocab: int) -> None:
+        super().__init__()
+        _check_positive_int("vocab", vocab)
+        self.cfg, self.vocab = cfg, vocab
+        gen = torch.Generator().manual_seed(cfg.seed)
+        self.tok = nn.Embedding(vocab, cfg.hidden, dtype=cfg.dtype)
+        self.pos = nn.Embedding(cfg.seq, cfg.hidden, dtype=cfg.dtype)
+        with torch.no_grad():
+            for emb in (self.tok, self.pos):
+                emb.weight.copy_(torch.randn(emb.weight.shape, generator=gen) * 0.02)
+        self.drop = Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(GPTBlock(cfg, gen) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.hidden, bias=cfg.bias, dtype=cfg.dtype)
+        self.head = _linear(cfg.hidden, vocab, False, cfg.dtype, gen, std=0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(b, s) int64 token ids, s <= cfg.seq -> (b, s, vocab) logits."""
+        if tokens.dim() != 2 or tokens.dtype != torch.long:
+            raise ValueError(f"GPT: tokens must be a (batch, seq) int64 tensor, got {tuple(tokens.shape)} "
+                             f"{tokens.dtype}")
+        if tokens.shape[1] > self.cfg.seq:
+            raise ValueError(f"GPT: a sequence of {tokens.shape[1]} tokens is longer than cfg.seq={self.cfg.seq}")
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.drop(self.tok(tokens) + self.pos(positions))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def gpt_tokens(cfg: GPTConfig, vocab: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Deterministic (cfg.batch, cfg.seq) token ids below `vocab`, drawn from cfg.seed."""
+    _check_positive_int("vocab", vocab)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    return torch.randint(vocab, (cfg.batch, cfg.seq), generator=gen).to(device)
+
+
+def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of predicting tokens[:, 1:] from logits[:, :-1]."""
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
 
 
 # ---------------------------------------------------------------- analytic model

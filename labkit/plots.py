@@ -317,3 +317,18 @@ def loss_curves(curves: Mapping[str, Sequence[float]], reference: str = "plain",
     gap.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def largest_batches(rows: Sequence[Mapping[str, object]], budget: int) -> Figure:
+    """Left: the largest batch each scheme fits in `budget` (rows: name, batch, seconds_per_sample). Right: the
+    step time per sample at that batch; a scheme that fits no batch shows an empty bar."""
+    fig, (ax, per) = _new(ncols=2, width=10.0)
+    names = [str(r["name"]) for r in rows]
+    ax.bar(names, [int(r["batch"]) for r in rows], color="#4c72b0")
+    ax.set(ylabel="sequences per step", title=f"largest batch in {budget / MiB:.1f} MiB")
+    per.bar(names, [float(r["seconds_per_sample"]) * 1e3 if r["batch"] else 0.0 for r in rows], color="#dd8452")
+    per.set(ylabel="ms per sequence", title="step time per sequence at that batch")
+    for a in (ax, per):
+        a.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    return fig

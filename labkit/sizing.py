@@ -100,7 +100,7 @@ def _long(size: Sizes) -> GPTConfig:
 
 
 def lab_peaks(size: Sizes) -> dict[str, int]:
-    """Predicted peak bytes on the device of each lab that puts tensors there (01-06), at `size`: its largest
+    """Predicted peak bytes on the device of each lab that puts tensors there (01-07), at `size`: its largest
     step, and what its notebook keeps alive beside it (checked against the allocator by `labkit gpu-check`)."""
     mlp_params = size.mlp_layers * (size.mlp_width ** 2 + size.mlp_width) * 4
     stack = _gpt(size, size.gpt_layers, torch.bfloat16)
@@ -111,6 +111,7 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
     deep = _gpt(size, size.gpt_layers)
     small = replace(deep, n_layers=max(1, size.gpt_layers // 2), batch=max(1, size.batch // 2))
     wide_params = 4 * (1024 ** 2 + 1024) * 4  # the lab's wide MLP: 4 layers of width 1024 on every profile
+    logits = 4 * size.batch * size.seq * 4 * size.hidden * 4  # lab 07: four (b, s, vocab = 4h) float32 tensors
     return {
         # the MLP chain's activations at batch 2**13 (a forward), or the last Adam step of one_step_meter
         # (weights, gradients, two moments and one of Adam's temporaries) beside `deep` and `gpt` with its own
@@ -132,6 +133,10 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
         # stack, wide MLP and small stack, each with its gradients
         "06": max(_gpt_step(deep, 6), _chain_step(4, 1024, 4, 6))
               + 2 * (gpt_param_count(deep) * 4 + wide_params + gpt_param_count(small) * 4),
+        # the language model's plain step (the stack's, and its logits, their float copy, log-softmax and
+        # gradient) beside the notebook's model: in the plans' comparison, on one copy with gradients and Adam's
+        # state; in the batch search, up to OVER (1.25) times the budget (itself under the plain step's peak)
+        "07": max(_gpt_step(deep, 5) + logits, 5 * (_gpt_step(deep, 4) + logits) // 4 + gpt_param_count(deep) * 4),
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
 
@@ -16,13 +17,28 @@ def op_name(func: Any) -> str:
     return getattr(packet, "__name__", str(func))
 
 
+def _plain_tensors(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """t, or, for a wrapper subclass such as FSDP2's DTensor, the tensors it wraps (its local shard): a
+    wrapper's own storage is a stand-in of the global size, not memory."""
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        for name in names:
+            inner = getattr(t, name)
+            if isinstance(inner, torch.Tensor):  # a flatten may also name non-tensor attributes
+                yield from _plain_tensors(inner)
+    elif t.layout == torch.strided:
+        yield t
+
+
 def tensor_storages(*trees: Any) -> list[torch.UntypedStorage]:
-    """Distinct storages of every plain (strided) tensor in nested args/outputs."""
+    """Distinct storages of every plain (strided) tensor in nested args/outputs, and of the tensors wrapper
+    subclasses (DTensor) hold."""
     seen: dict[int, torch.UntypedStorage] = {}
     for leaf in tree_leaves(trees):
-        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided:
-            st = leaf.untyped_storage()
-            seen.setdefault(id(st), st)
+        if isinstance(leaf, torch.Tensor):
+            for t in _plain_tensors(leaf):
+                st = t.untyped_storage()
+                seen.setdefault(id(st), st)
     return list(seen.values())
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 LABS = ["labkit.checks.lab01", "labkit.checks.lab02", "labkit.checks.lab03", "labkit.checks.lab04",
-        "labkit.checks.lab05", "labkit.checks.lab06"]
+        "labkit.checks.lab05", "labkit.checks.lab06", "labkit.checks.lab07"]
 
 
 @pytest.mark.parametrize("package", LABS)

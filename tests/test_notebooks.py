@@ -66,6 +66,17 @@ def two_at_a_time(fn, items):
         return dict(zip(items, pool.map(fn, items)))
 
 
+# The browser tests (tests/test_browser.py) run every student notebook in JupyterLab itself; where they run,
+# this headless copy of JupyterLab's Run All would only check the same thing again.
+try:
+    import playwright  # noqa: F401
+    from jupyter_browser import CHROMIUM
+except ImportError:
+    CHROMIUM = None
+IN_BROWSER = pytest.mark.skipif(bool(CHROMIUM), reason="the browser tests run Run All on every student notebook "
+                                                       "in JupyterLab (tests/test_browser.py)")
+
+
 @pytest.fixture(scope="module")
 def run_all_reports():
     """tests/run_all.py on every student notebook: (exit status, its report)."""
@@ -76,6 +87,7 @@ def run_all_reports():
     return two_at_a_time(run, STUDENT)
 
 
+@IN_BROWSER
 @pytest.mark.parametrize("notebook", STUDENT, ids=[p.name for p in STUDENT])
 def test_run_all_on_an_untouched_student_notebook_reaches_the_end(notebook, run_all_reports):
     status, report = run_all_reports[notebook]
@@ -118,6 +130,7 @@ WRONG_ANSWERS = {  # solution -> [(text in the answer, the wrong text, the check
                      "    return compute_seconds(r, c) + r.bytes_moved / c.peak_bandwidth + rand", "ex_5_1")],
     "06_pitfalls": [("    differ = bits(a) != bits(b)", "    differ = a != b", "ex_6_1"),
                     ("            bn.momentum, bn.num_batches_tracked = 0.0, None\n", "", "ex_6_2")],
+    "07_capstone": [("    top = (budget - profile.base) // unit", "    top = budget // unit", "ex_7_1")],
 }
 
 
@@ -151,7 +164,13 @@ def test_wrong_answers_fail_at_checker_cells_only(name, wrong_results):
 
 
 # ---------------------------------------------------------------- quiet diffs (docs/design.md, "Quiet diffs")
-@pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.name for p in SOLUTIONS])
+# One solution executed twice: what changes between two executions is the machinery's (labkit.notebook, the
+# doctor's cell), the same for every lab; each lab's own outputs are held to a second execution by nbval in
+# `make test`, which executes every solution again and compares each unmarked cell with the committed output.
+QUIET = [p for p in SOLUTIONS if p.name.startswith("00")]
+
+
+@pytest.mark.parametrize("solution", QUIET, ids=[p.name for p in QUIET])
 def test_executing_twice_changes_only_machine_dependent_cells(solution, tmp_path):
     paths = []
     for run in ("first", "second"):

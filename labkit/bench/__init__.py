@@ -2,8 +2,8 @@
 
 Each benchmark prints figures; none asserts. Memory is tensor bytes from the
 meter and ledger; time is a median of alternating A/B runs (labkit.timing).
-One module per benchmark, named after its lab; a new one adds a module and a
-line in BENCHMARKS.
+One module per lab's benchmarks, named after its lab (lab 07's sharding, which
+runs processes, is fsdp.py); a new one adds a module and a line in BENCHMARKS.
 """
 from __future__ import annotations
 
@@ -17,20 +17,23 @@ from labkit.bench.lab03 import (
     activation_peak, hetero_chain, mlp_chain, schedule, segment_constants, segments, segments_sweep, step_time_ratio,
 )
 from labkit.bench.lab04 import long_config, long_stack, policies, policy_rows
-from labkit.bench import lab04, lab05, lab06
+from labkit.bench import lab04, lab05, lab06, lab07
 from labkit.bench.lab05 import roofline
 from labkit.bench.lab06 import pitfalls
+from labkit.bench.lab07 import plan
+from labkit.bench.fsdp import fsdp
 from labkit.bench.overhead import meter
 
 __all__ = ["BENCHMARKS", "main", "formula", "formula_configs", "meter", "recompute", "recompute_comparison",
            "recompute_config", "RecomputeResult", "segments", "schedule", "segments_sweep", "segment_constants",
            "activation_peak", "step_time_ratio", "mlp_chain", "hetero_chain", "policies", "policy_rows", "long_config", "long_stack",
-           "roofline", "pitfalls"]
+           "roofline", "pitfalls", "plan", "fsdp"]
 
 BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "meter": meter, "recompute": recompute,
                                                        "segments": segments, "schedule": schedule,
                                                        "policies": policies, "roofline": roofline,
-                                                       "pitfalls": pitfalls}
+                                                       "pitfalls": pitfalls, "plan": plan,
+                                                       "fsdp": fsdp}
 
 
 def main(name: str, as_json: bool = False) -> int:

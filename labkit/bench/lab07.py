@@ -1,0 +1,224 @@
+"""Lab 07's measurements: a plan for a budget against the fixed schemes, and the largest batch each one fits.
+
+``capstone`` builds the lab's language model (labkit.models.GPT at the profile's GPT shapes) and measures its
+profile (labkit.planning). ``rows`` runs each plan for real: the meter's peak of a steady training step
+against the predicted one, and the step time over the plain step's (medians of alternating runs) against the
+predicted ratio. ``batch_rows`` finds, by bisection with the meter, the largest batch whose step fits a
+budget under each scheme, the planner re-planning at every batch it tries (``batch_rows``). ``plan`` is `labkit bench plan`.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from labkit.models import GPT, GPTConfig, gpt_tokens, next_token_loss
+from labkit.planning import (
+    SCHEMES, BlockCosts, Option, Profile, Step, applied, describe, largest_batch, measure_step, peak_of, profile_model, scheme_plan,
+    step_ratio,
+)
+from labkit.meter import MemoryMeter
+from labkit.profile import Sizes, sizes
+from labkit.tensors import cuda_devices
+from labkit.timing import benchmark, compare
+
+__all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", "at_batch", "batch_rows", "train_losses", "plan"]
+
+
+def capstone_config(size: Sizes, batch: int | None = None, dropout: float = 0.1) -> tuple[GPTConfig, int]:
+    """The lab's model: the profile's GPT shapes (`batch` sequences, default the profile's) and a vocabulary of
+    4 x hidden tokens."""
+    cfg = GPTConfig(seq=size.seq, batch=batch or size.batch, hidden=size.hidden, heads=size.heads,
+                    n_layers=size.gpt_layers, dropout=dropout)
+    return cfg, 4 * size.hidden
+
+
+@dataclass
+class Capstone:
+    """The lab's model, its input tokens, its loss and its measured profile."""
+
+    model: GPT
+    tokens: torch.Tensor
+    profile: Profile
+
+    def loss(self, logits: torch.Tensor) -> torch.Tensor:
+        return next_token_loss(logits, self.tokens)
+
+
+def _model(size: Sizes, batch: int | None, device: str) -> tuple[GPT, torch.Tensor]:
+    cfg, vocab = capstone_config(size, batch)
+    return GPT(cfg, vocab).to(device), gpt_tokens(cfg, vocab, device=device)
+
+
+def capstone(size: Sizes, batch: int | None = None, repeats: int | None = None) -> Capstone:
+    """The lab's model at `batch`, on the profile's device, and its profile."""
+    model, tokens = _model(size, batch, size.device)
+    prof = profile_model(model, tokens, lambda out: next_token_loss(out, tokens), repeats=repeats or size.repeats)
+    return Capstone(model, tokens, prof)
+
+
+def budget_between(profile: Profile, n: int, share: float = 0.85) -> int:
+    """A budget `share` of the way from full recomputation's predicted peak up to keeping everything's."""
+    low, high = (peak_of(scheme_plan(name, n), profile) for name in ("full", "none"))
+    return int(low + share * (high - low))
+
+
+def _steady(model: nn.Module, tokens: torch.Tensor) -> tuple[nn.Module, torch.optim.Optimizer, Callable]:
+    model = copy.deepcopy(model)
+    return model, torch.optim.Adam(model.parameters()), lambda out: next_token_loss(out, tokens)
+
+
+def _timed_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        opt.zero_grad(set_to_none=True)
+        next_token_loss(model(tokens), tokens).backward()
+        opt.step()
+    return run
+
+
+def _planned_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor,
+                  plan: Sequence[Step]) -> Callable[[], None]:
+    step = _timed_step(model, opt, tokens)
+
+    def run() -> None:
+        with applied(model, plan):  # cheap to enter: patching forwards (the selective policy is cached)
+            step()
+    return run
+
+
+def rows(c: Capstone, plans: dict[str, list[Step]], budget: int, repeats: int = 5) -> list[dict[str, Any]]:
+    """Each plan run for real on one copy of the model: predicted and measured peak, fits (measured peak <=
+    budget), predicted and measured step time over the plain step's (median of `repeats` alternating pairs)."""
+    out = []
+    with torch.random.fork_rng(devices=cuda_devices(c.tokens)):
+        model, opt, loss = _steady(c.model, c.tokens)
+        for name, plan in plans.items():
+            measured = measure_step(model, opt, c.tokens, loss, plan)
+            ratio = compare(_timed_step(model, opt, c.tokens), _planned_step(model, opt, c.tokens, plan),
+                            repeats=repeats, warmup=1, device=c.tokens.device).ratio
+            out.append({"name": name, "plan": describe(plan), "predicted_peak": peak_of(plan, c.profile),
+                        "measured_peak": measured, "fits": measured <= budget,
+                        "predicted_step_ratio": step_ratio(plan, c.profile), "measured_step_ratio": ratio})
+    return out
+
+
+def at_batch(one: Profile, two: Profile, batch: int) -> Profile:
+    """The profile at `batch`, from the bytes measured at batches 1 and 2, extrapolated along the line through
+    them (every block's bytes grow by the same amount per sequence; base and floor nearly so: the tests measure
+    how near); the seconds are one's."""
+    at = lambda a, b: a + (batch - 1) * (b - a)  # noqa: E731
+    blocks = tuple(BlockCosts(at(x.act, y.act), at(x.inp, y.inp), x.fwd,
+                              {k: Option(at(o.kept, y.options[k].kept), at(o.held, y.options[k].held), o.seconds)
+                               for k, o in x.options.items()})
+                   for x, y in zip(one.blocks, two.blocks))
+    return Profile(blocks, at(one.base, two.base), at(one.floor, two.floor), one.step)
+
+
+def _tokens(cfg: GPTConfig, vocab: int, batch: int, device: str) -> torch.Tensor:
+    return gpt_tokens(dataclasses.replace(cfg, batch=batch), vocab, device=device)
+
+
+def _metered_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor, plan: Sequence[Step]) -> int:
+    """The meter's peak of one step under the plan (gradients and Adam's state already there: a steady step)."""
+    with applied(model, plan), MemoryMeter(model, opt, tokens) as meter:
+        _timed_step(model, opt, tokens)()
+    return meter.peak
+
+
+OVER = 1.25  # a batch whose predicted peak is this far over the budget is not run (see batch_rows)
+
+
+def batch_rows(size: Sizes, budget: int, planner: Callable[[Profile, int], list[Step] | None],
+               reference: Profile, most: int = 64, repeats: int = 3, timed: bool = True) -> list[dict[str, Any]]:
+    """For each scheme and the planner: the largest batch (up to `most`) whose steady step's measured peak fits
+    `budget` (labkit.planning.largest_batch: one measured step per batch tried), and the median step time per
+    sequence at that batch.
+
+    Bytes at any batch come from ``at_batch`` (bytes measured at batches 1 and 2): the planner plans from them
+    at each batch it tries, with reference's seconds (a batch scales every block's time alike, so the same plan
+    stays cheapest). A batch whose plan's predicted peak is over OVER x budget counts as not fitting without
+    being run: the predictions are within a few percent (the lab measures them), and the search then never
+    holds much more than the budget, which keeps the lab inside the memory its profile was sized for.
+    """
+    cfg, vocab = capstone_config(size, 1)
+    n, out = len(reference.blocks), []
+    with torch.random.fork_rng(devices=cuda_devices(torch.empty(0, device=size.device))):
+        model = GPT(cfg, vocab).to(size.device)
+        one, two = (profile_model(model, t, lambda out, t=t: next_token_loss(out, t), repeats=1,
+                                  seconds_from=reference)
+                    for t in (_tokens(cfg, vocab, b, size.device) for b in (1, 2)))
+        for name in (*SCHEMES, "planner"):
+            model = GPT(cfg, vocab).to(size.device)
+            opt = torch.optim.Adam(model.parameters())
+            _timed_step(model, opt, _tokens(cfg, vocab, 1, size.device))()  # gradients and Adam's state exist
+
+            def plan_at(batch: int, name: str = name) -> list[Step] | None:
+                return scheme_plan(name, n) if name != "planner" else planner(at_batch(one, two, batch), budget)
+
+            def fits(batch: int, model: nn.Module = model, opt: torch.optim.Optimizer = opt,
+                     plan_at: Callable[[int], list[Step] | None] = plan_at) -> bool:
+                plan = plan_at(batch)
+                if plan is None or peak_of(plan, at_batch(one, two, batch)) > OVER * budget:
+                    return False
+                return _metered_step(model, opt, _tokens(cfg, vocab, batch, size.device), plan) <= budget
+
+            batch = largest_batch(fits, size.batch, most)
+            seconds = float("nan")
+            if batch and timed:
+                with applied(model, plan_at(batch)):
+                    run = _timed_step(model, opt, _tokens(cfg, vocab, batch, size.device))
+                    seconds = benchmark(run, warmup=0, repeats=repeats).median / batch  # warm: it just ran
+            out.append({"name": name, "batch": batch, "seconds_per_sample": seconds})
+    return out
+
+
+def train_losses(c: Capstone, plan: Sequence[Step] | None, steps: int, lr: float = 1e-3, seed: int = 0) -> list[float]:
+    """Losses of `steps` Adam steps on a copy of the model from one seed (dropout on), under the plan or plainly."""
+    model, opt, loss = _steady(c.model, c.tokens)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    losses = []
+    with torch.random.fork_rng(devices=cuda_devices(c.tokens)):
+        torch.manual_seed(seed)
+        with applied(model, plan) if plan is not None else contextlib.nullcontext():
+            for _ in range(steps):
+                opt.zero_grad(set_to_none=True)
+                value = loss(model(c.tokens))
+                value.backward()
+                opt.step()
+                losses.append(value.item())
+    return losses
+
+
+def plan() -> dict[str, Any]:
+    """`labkit bench plan`: at a budget 85% of the way from full recomputation's predicted peak up to keeping
+    everything's, the planner's plan against the fixed schemes, and the largest batch each fits."""
+    from labkit.labs.capstone import plan_for  # lab 07's planner
+
+    size = sizes()
+    c = capstone(size)
+    n = len(c.profile.blocks)
+    budget = budget_between(c.profile, n)
+    chosen = plan_for(c.profile, budget)
+    by = {r["name"]: r for r in rows(c, {"planner": chosen, **{s: scheme_plan(s, n) for s in SCHEMES}}, budget)}
+    mine = by["planner"]
+    return {"budget_bytes": budget, "plan": [[s.start, s.stop, s.how] for s in chosen],
+            "predicted_peak": mine["predicted_peak"], "measured_peak": mine["measured_peak"],
+            "predicted_step_ratio": mine["predicted_step_ratio"], "measured_step_ratio": mine["measured_step_ratio"],
+            "fits": {name: r["fits"] for name, r in by.items()},
+            "step_ratio": {name: r["measured_step_ratio"] for name, r in by.items()},
+            "largest_batch": {r["name"]: r["batch"] for r in batch_rows(
+                size, budget, lambda p, b: _plan_or_none(plan_for, p, b), c.profile, timed=False)}}
+
+
+def _plan_or_none(plan_for: Callable[[Profile, int], list[Step]], profile: Profile, budget: int) -> list[Step] | None:
+    try:
+        return plan_for(profile, budget)
+    except ValueError:
+        return None

@@ -1,0 +1,44 @@
+"""`labkit bench plan` (lab 07): its keys, and on the tiny profile the bars it prints for the cpu one."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import labkit as lk
+from labkit import bench, plots
+from labkit.bench import lab07
+
+
+@pytest.fixture(scope="module")
+def figures():
+    return bench.plan()
+
+
+def test_plan_bench_prints_its_json_keys(figures):
+    json.dumps(figures)
+    assert set(figures) == {"budget_bytes", "plan", "predicted_peak", "measured_peak", "predicted_step_ratio",
+                            "measured_step_ratio", "fits", "step_ratio", "largest_batch"}
+    assert set(figures["fits"]) == set(figures["step_ratio"]) == {"planner", *lk.planning.SCHEMES}
+    assert set(figures["largest_batch"]) == {"planner", *lk.planning.SCHEMES}
+
+
+def test_the_plan_fits_where_keeping_everything_does_not(figures):
+    assert figures["fits"]["none"] is False and figures["fits"]["full"] is True and figures["fits"]["planner"] is True
+    assert figures["measured_peak"] <= figures["budget_bytes"]
+    assert abs(figures["predicted_peak"] - figures["measured_peak"]) <= 0.25 * figures["measured_peak"]
+    plan = [lk.planning.Step(*s) for s in figures["plan"]]
+    assert lk.planning.check_plan(plan, lab07.capstone(lk.sizes(), repeats=1).profile) == plan
+
+
+def test_the_largest_batches_grow_as_schemes_keep_less(figures):
+    largest = figures["largest_batch"]
+    assert largest["none"] < lk.sizes().batch <= largest["full"]  # at the bench's budget, plain does not fit
+    assert largest["full"] >= max(largest[s] for s in ("sqrt_n", "selective", "planner"))
+
+
+def test_the_largest_batch_figure_draws_a_bar_per_scheme():
+    rows = [{"name": "none", "batch": 0, "seconds_per_sample": float("nan")},
+            {"name": "full", "batch": 6, "seconds_per_sample": 0.01}]
+    fig = plots.largest_batches(rows, 2**20)
+    assert [len(ax.patches) for ax in fig.axes] == [2, 2]
