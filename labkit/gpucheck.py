@@ -177,6 +177,10 @@ def main(memory: str | None = None, labs_seconds: float = 420) -> int:
                lambda f: f["selective_bytes_cut"] >= 2.5 and all(
                    p["activation_bytes"] == p["bytes_torch"] and p["grads_equal_ours"] and p["grads_equal_torch"]
                    for p in f["policies"])),
+        # the planner's plan (offload among its ways on a GPU) fits the budget the bench sets, as predicted
+        _bench("plan", "bench plan (gpu profile)", "measured peak <= budget, predicted within 25%, none over",
+               lambda f: f["measured_peak"] <= f["budget_bytes"] and not f["fits"]["none"]
+               and abs(f["predicted_peak"] - f["measured_peak"]) <= 0.25 * f["measured_peak"]),
         # the roofline bound holds from below: no op may beat its prediction by 2x; slower ops are reported
         _bench("roofline", "bench roofline (gpu profile)", "every op >= 1 ms: measured >= predicted / 2",
                lambda f: all(op["measured_s"] >= op["predicted_s"] / 2 for op in f["ops"] if op["measured_s"] >= 1e-3)),

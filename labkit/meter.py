@@ -57,10 +57,13 @@ class _Watcher(TorchDispatchMode):
 class MemoryMeter:
     """Context manager measuring live tensor bytes (see module doc for the phases)."""
 
-    def __init__(self, *track: Any, history: bool = False) -> None:
-        """track: modules, optimizers, tensors (or lists of them) alive before entry, counted from the start."""
+    def __init__(self, *track: Any, history: bool = False, device: torch.device | str | None = None) -> None:
+        """track: modules, optimizers, tensors (or lists of them) alive before entry, counted from the start.
+        device: count only storages on it ("cuda" is the current GPU), as a budget of one device's memory does
+        (a step that offloads to the host); None: every device."""
         self._track = _flatten_track(track)
         self.history = history
+        self.device = None if device is None else torch.device(device)
         self.timeline: list[Event] = []
         self.baseline = 0  # bytes of the tracked objects at entry
         self.live = 0
@@ -90,11 +93,21 @@ class MemoryMeter:
 
     def _register(self, st: torch.UntypedStorage, op: str) -> None:
         key = st._cdata
-        if key in self._blocks or st.device.type == "meta":
+        if key in self._blocks or st.device.type == "meta" or not self._counts(st.device):
             return
         ref = weakref.ref(st, lambda _ref, key=key: self._on_free(key))
         self._blocks[key] = [ref, st.nbytes()]
         self._change(st.nbytes(), op)
+
+    def _counts(self, device: torch.device) -> bool:
+        if self.device is None:
+            return True
+        if device.type != self.device.type:
+            return False
+        index = self.device.index
+        if index is None and device.type == "cuda":
+            index = torch.cuda.current_device()
+        return index is None or device.index == index
 
     def _on_free(self, key: int) -> None:
         block = self._blocks.pop(key, None)

@@ -279,8 +279,7 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
     (``selective_keep``, ``kept_bytes``); holds act while its backward rebuilds core attention; costs what a
     forward and backward of the block take longer under PyTorch's selective checkpoint with that policy than
     plainly (alternating runs: the recomputation and the policy's bookkeeping). offload (CUDA only): keeps
-    nothing on the device, holds act, costs a round
-    trip of act at the measured device-host speed. base and floor: the meter's forward/backward and optimizer
+    nothing on the device, holds act, costs a round trip of act at the measured device-host speed. base and floor: the meter's forward/backward and optimizer
     phase peaks of a steady step; step: that step's median seconds. seconds_from: take every time from that
     profile (of the same model at another batch) instead of measuring: bytes only, much faster.
     """
@@ -302,7 +301,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     opt = torch.optim.Adam(model.parameters())
     step = _train_step(model, opt, x, loss_fn)
     step()  # gradients and Adam's state exist from here on
-    with MemoryMeter(model, opt, x) as meter:
+    with MemoryMeter(model, opt, x, device=x.device) as meter:
         step()
     phases = meter.phase_peaks
     fb_peak = max(v for k, v in phases.items() if k != "optimizer")
@@ -414,7 +413,7 @@ def measure_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
     with applied(model, plan) if plan is not None else contextlib.nullcontext():
         step = _train_step(model, opt, x, loss_fn)
         step()
-        with MemoryMeter(model, opt, x) as meter:
+        with MemoryMeter(model, opt, x, device=x.device) as meter:  # the device's bytes: offload moves some out
             step()
     return meter.peak
 

@@ -478,3 +478,16 @@ def test_a_meter_kept_after_its_region_holds_nothing_it_tracked() -> None:
     del model, opt, x
     gc.collect()
     assert m.peak > m.baseline > 0 and all(r() is None for r in refs)
+
+
+def test_a_meter_on_one_device_leaves_the_others_out():
+    import labkit as lk
+
+    a = torch.randn(64, 64)
+    with lk.MemoryMeter(device="meta") as none_here:  # no storage on the meta device is ever counted
+        b = a @ a
+    with lk.MemoryMeter(device="cpu") as here:
+        c = a @ a
+    assert none_here.peak == 0 and here.peak == c.untyped_storage().nbytes() == b.untyped_storage().nbytes()
+    with pytest.raises(RuntimeError):
+        lk.MemoryMeter(device="nowhere")

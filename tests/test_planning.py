@@ -238,3 +238,11 @@ def test_bytes_at_another_batch_follow_the_line_through_batches_one_and_two(prof
     assert guess.floor == five.floor
     # base: where the step's peak falls can move with the batch (on tiny sizes it does); on the lab's, 1%
     assert profile_name == "tiny" or abs(guess.base - five.base) <= 0.01 * five.base
+
+
+def test_offload_moves_saved_tensors_out_and_trains_the_same(capstone):
+    # on a GPU the saved tensors go to pinned host memory; on the CPU save_on_cpu copies them, and the step
+    # must still be the plain one, bit for bit
+    c = capstone
+    plan = [Step(i, i + 1, OFFLOAD) for i in range(len(c.profile.blocks))]
+    assert lab07.train_losses(c, plan, steps=2) == lab07.train_losses(c, None, steps=2)

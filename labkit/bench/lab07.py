@@ -126,7 +126,7 @@ def _tokens(cfg: GPTConfig, vocab: int, batch: int, device: str) -> torch.Tensor
 
 def _metered_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor, plan: Sequence[Step]) -> int:
     """The meter's peak of one step under the plan (gradients and Adam's state already there: a steady step)."""
-    with applied(model, plan), MemoryMeter(model, opt, tokens) as meter:
+    with applied(model, plan), MemoryMeter(model, opt, tokens, device=tokens.device) as meter:
         _timed_step(model, opt, tokens)()
     return meter.peak
 
