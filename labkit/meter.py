@@ -16,6 +16,7 @@ Phases (tagged automatically; ``meter.phase(name)`` overrides):
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ class MemoryMeter:
         self._used = False
         self._cuda_base = 0
         self._stack: contextlib.ExitStack | None = None
+        self._lock = threading.RLock()
 
     # -- bookkeeping
     def _current_phase(self) -> str:
@@ -117,13 +119,14 @@ class MemoryMeter:
     def _change(self, delta: int, op: str) -> None:
         if not self._recording or delta == 0:
             return
-        self.live += delta
-        phase = self._current_phase()
-        self.timeline.append(Event(len(self.timeline), self.live, phase, op, delta))
-        if self.live > self.phase_peaks.get(phase, -1):
-            self.phase_peaks[phase] = self.live
-        if self.live > self.peak:
-            self.peak, self.peak_phase = self.live, phase
+        with self._lock:  # a collective's worker thread (gloo's) can free a storage while the main thread runs
+            self.live += delta
+            phase = self._current_phase()
+            self.timeline.append(Event(len(self.timeline), self.live, phase, op, delta))
+            if self.live > self.phase_peaks.get(phase, -1):
+                self.phase_peaks[phase] = self.live
+            if self.live > self.peak:
+                self.peak, self.peak_phase = self.live, phase
 
     def _resized(self, st: torch.UntypedStorage) -> None:
         block = self._blocks.get(st._cdata)

@@ -5,7 +5,8 @@ until its backward, bytes alive while its backward runs, and the seconds it adds
 
 - ``keep``: run plainly; it keeps everything it saves (``act``, its input included);
 - ``selective``: core attention recomputed (lab 04's policy, PyTorch's selective checkpoint API);
-- ``offload``: on a GPU, saved tensors moved to pinned host memory in forward and back in backward;
+- ``offload``: on a GPU, saved tensors moved to pinned host memory in forward and back in backward (its input
+  counted as kept on the device all the same: a selective block before it keeps that tensor);
 - ``recompute``: a *segment* of blocks [start, stop) under one checkpoint (lab 02's ``checkpoint_hooks``): it
   keeps the first block's input, and backward rebuilds all its blocks' activations at once.
 
@@ -157,11 +158,11 @@ def _costs(s: Step, profile: Profile) -> tuple[int, int, float]:
 
 def peak_of(plan: Sequence[Step], profile: Profile) -> int:
     """Predicted peak bytes of a step under the plan (see the module's doc)."""
-    kept, worst = 0, 0
+    kept, worst = 0, 0  # bytes the steps so far keep; the worst backward so far
     for s in check_plan(plan, profile):
-        keep, held, _ = _costs(s, profile)
+        kept_here, held, _ = _costs(s, profile)
         worst = max(worst, kept + held)  # its backward: what the blocks before it keep, and what it holds
-        kept += keep
+        kept += kept_here
     return max(profile.floor, profile.base + max(kept, worst))
 
 
@@ -278,8 +279,8 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
     seconds. selective: keeps the input and, by lab 04's trace, every op output outside core attention
     (``selective_keep``, ``kept_bytes``); holds act while its backward rebuilds core attention; costs what a
     forward and backward of the block take longer under PyTorch's selective checkpoint with that policy than
-    plainly (alternating runs: the recomputation and the policy's bookkeeping). offload (CUDA only): keeps
-    nothing on the device, holds act, costs a round trip of act at the measured device-host speed. base and floor: the meter's forward/backward and optimizer
+    plainly (alternating runs: the recomputation and the policy's bookkeeping). offload (CUDA only): keeps its
+    input's bytes on the device (a selective block before it keeps its output there), holds act, costs a round trip of act at the measured device-host speed. base and floor: the meter's forward/backward and optimizer
     phase peaks of a steady step; step: that step's median seconds. seconds_from: take every time from that
     profile (of the same model at another batch) instead of measuring: bytes only, much faster.
     """
@@ -294,7 +295,7 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
 
 def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], repeats: int,
              seconds_from: Profile | None) -> Profile:
-    from labkit.labs.selective import kept_bytes, selective_keep  # lab 04's policy
+    from labkit.labs.selective import kept_bytes  # lab 04's cost model
 
     for p in model.parameters():
         p.grad = None
@@ -327,38 +328,40 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
         core = getattr(getattr(block, "attn", None), "core", None)
         if isinstance(core, nn.Module):
             ops = trace(block, h.requires_grad_(), model=block, time=False)
-            keep = selective_keep(ops)
+            keep = _selective_keep(block, h)  # as `applied` will run it (and checked against lab 04's rule)
             kept = min(a, _nbytes(h) + kept_bytes(ops, keep))
             t = _extra_seconds(block, h, _selective(keep), repeats) if given is None else given.options[SELECTIVE].seconds
             options[SELECTIVE] = Option(kept, a, t)
-        if per_byte is not None:
-            options[OFFLOAD] = Option(0, a, a * per_byte if given is None else given.options[OFFLOAD].seconds)
+        if per_byte is not None:  # its input may stay on the device: a selective block before it keeps its output
+            options[OFFLOAD] = Option(_nbytes(h), a, a * per_byte if given is None else given.options[OFFLOAD].seconds)
         fwd = _forward_seconds(block, h, repeats) if given is None else given.fwd
         costs.append(BlockCosts(a, _nbytes(h), fwd, options))
     return Profile(tuple(costs), max(0, fb_peak - sum(act)), phases.get("optimizer", 0), t_step)
 
 
 # ---------------------------------------------------------------- running a plan
-_KEEP: dict[tuple[Any, ...], frozenset[str]] = {}  # a kind of GPT block -> lab 04's selective policy for it
+_POLICIES: dict[tuple[Any, ...], frozenset[str]] = {}  # (a kind of block, its input) -> lab 04's selective keep
 
 
-def _selective_keep(block: nn.Module) -> frozenset[str]:
-    """Lab 04's selective policy (every op output outside core attention kept) for a GPT block, from a trace of
-    one token through it; once per kind of block (its class and its parameters' shapes, dtypes and devices),
-    so that entering `applied` stays cheap."""
-    from labkit.labs.selective import selective_keep  # lab 04
+def _selective_keep(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any] | None = None) -> frozenset[str]:
+    """Lab 04's selective policy (every op output outside core attention kept) for `block` on input `x`, from a
+    trace of forward(x) (default the block's own; inside `applied`, the one it replaced): op keys count calls, and which ops run can depend on the shapes, so the trace takes x's shape;
+    once per kind of block (class, parameters, mode) and input, so that entering `applied` stays cheap. A
+    policy that would keep a random op before a recomputed one is refused: PyTorch's selective checkpoint
+    would then compute wrong gradients without an error (lab 04)."""
+    from labkit.labs.selective import random_ok, selective_keep  # lab 04
 
-    key = (type(block), *((n, tuple(p.shape), p.dtype, p.device) for n, p in block.named_parameters()))
-    if key not in _KEEP:
-        ln1 = getattr(block, "ln1", None)
-        if not isinstance(ln1, nn.LayerNorm):
-            raise ValueError(f"applied: the selective way needs a GPT block (ln1, then attn.core); "
-                             f"{type(block).__name__} has no ln1")
-        with torch.random.fork_rng(devices=cuda_devices(block)):
-            h = torch.zeros(1, 1, *ln1.normalized_shape, dtype=ln1.weight.dtype, device=ln1.weight.device,
-                            requires_grad=True)
-            _KEEP[key] = selective_keep(trace(block, h, model=block, time=False))
-    return _KEEP[key]
+    key = (type(block), block.training, tuple(x.shape), x.dtype, x.device,
+           *((n, tuple(p.shape), p.dtype, p.device) for n, p in block.named_parameters()))
+    if key not in _POLICIES:
+        ops = trace(forward or block, x.detach().requires_grad_(x.is_floating_point()), model=block, time=False)
+        keep = selective_keep(ops)
+        if not random_ok(ops, keep):
+            raise ValueError(f"applied: the selective policy for {type(block).__name__} keeps a random op that a "
+                             "recomputed one follows; PyTorch's selective checkpoint would be silently wrong")
+        _POLICIES[key] = keep
+    return _POLICIES[key]
+
 
 def _segment(forwards: Sequence[Callable[[torch.Tensor], torch.Tensor]]) -> Callable[[torch.Tensor], torch.Tensor]:
     def run(h: torch.Tensor) -> torch.Tensor:
@@ -390,26 +393,33 @@ def applied(model: nn.Module, plan: Sequence[Step]) -> Iterator[None]:
             for i in range(s.start + 1, s.stop):
                 patched[i] = lambda h: h  # run by the segment's checkpoint
         elif s.how == SELECTIVE:
-            context_fn = torch_policy(_selective_keep(blocks[s.start]))
-            patched[s.start] = lambda h, f=f, c=context_fn: torch_checkpoint(f, h, use_reentrant=False, context_fn=c)
+            def selective(h: torch.Tensor, f: Callable[..., Any] = f, block: nn.Module = blocks[s.start]) -> Any:
+                context_fn = torch_policy(_selective_keep(block, h, f))
+                return torch_checkpoint(f, h, use_reentrant=False, context_fn=context_fn)
+            patched[s.start] = selective
         elif s.how == OFFLOAD:
             def offloaded(h: torch.Tensor, f: Callable[..., Any] = f) -> Any:
                 with torch.autograd.graph.save_on_cpu(pin_memory=h.is_cuda):
                     return f(h)
             patched[s.start] = offloaded
+    before = {i: vars(blocks[i]).get("forward") for i in patched}  # a forward patched already (None: the class's)
     for i, fn in patched.items():
         blocks[i].forward = fn
     try:
         yield
     finally:
-        for i in patched:
-            del blocks[i].forward  # the instance attribute goes; the class's forward shows again
+        for i, old in before.items():
+            if old is None:
+                del blocks[i].forward  # the instance attribute goes; the class's forward shows again
+            else:
+                blocks[i].forward = old
 
 
 def measure_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
                  loss_fn: Callable[[Any], torch.Tensor], plan: Sequence[Step] | None = None) -> int:
-    """Peak bytes (the meter) of one steady training step of `model` on `x` under `plan` (None: plainly): a
-    first step makes the gradients and the optimizer's state, the second is measured."""
+    """Peak bytes on x's device (the meter) of one steady training step of `model` on `x` under `plan` (None:
+    plainly): two steps train the model (drawing from the global generator for dropout), the first making the
+    gradients and the optimizer's state, the second measured."""
     with applied(model, plan) if plan is not None else contextlib.nullcontext():
         step = _train_step(model, opt, x, loss_fn)
         step()

@@ -240,7 +240,12 @@ class Browser:
         self.page.wait_for_function(_IDLE, timeout=60_000, polling=250)
         self.page.evaluate(_RUN_ALL)
         self.page.wait_for_function(_STARTED, timeout=60_000, polling=250)
-        self.page.wait_for_function(_IDLE, timeout=timeout * 1000, polling=500)
+        deadline = time.monotonic() + timeout
+        while True:  # idle, and still idle a moment later: between two cells a loaded machine can look idle
+            self.page.wait_for_function(_IDLE, timeout=max(1.0, deadline - time.monotonic()) * 1000, polling=500)
+            self.page.wait_for_timeout(1500)
+            if self.page.evaluate(_IDLE) or time.monotonic() > deadline:
+                break
         self.settle()
         return [CellView(**c) for c in self.page.evaluate(_CELLS)]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 
 import pytest
 import torch
@@ -28,7 +27,7 @@ def mid_sizes() -> lk.Sizes:
 
 
 def block_bytes(size: lk.Sizes) -> int:
-    """One block's parameter bytes: the most a sharded peak varies by between runs (Note 6 of the module)."""
+    """One block's parameter bytes: the most a sharded peak varies by between runs (Note 4 of the module)."""
     return lk.parameter_bytes(lk.GPTStack(fsdp_config(size)).blocks[0])
 
 
@@ -75,10 +74,8 @@ def test_a_failing_rank_is_named_and_no_child_survives(no_child_left):
 
 
 def test_a_hanging_rank_times_out_and_no_child_survives(no_child_left):
-    start = time.perf_counter()
     with pytest.raises(RankError, match=r"sent nothing within timeout=6 s") as err:
         fsdp(lk.sizes("tiny"), fault=Fault(rank=1, hang=True), timeout=6)
-    assert time.perf_counter() - start < 6 + 10  # the reference run, the timeout, a kill
     assert_gone(err.value.pids)
 
 
@@ -107,6 +104,7 @@ def test_the_wrong_order_raises_nothing_and_matches_the_right_one_bit_for_bit(no
         assert run["losses_bitwise_equal"] is True and run["grads_bitwise_equal"] is True
         for key in ("all_gathers", "reduce_scatters", "block_calls"):  # no extra all-gather in the recompute
             assert run[f"per_rank_{key}"]["wrong"] == run[f"per_rank_{key}"]["right"], (how, key)
+            assert all(count > 0 for count in run[f"per_rank_{key}"]["right"]), (how, key)  # counted at all
         for right, wrong in zip(*run["per_rank_peak_bytes"].values()):
             assert abs(right - wrong) <= block_bytes(size)
     calls = found["wrapper"]["per_rank_fsdp_calls"]  # a wrapper around a sharded block reruns FSDP's hooks

@@ -18,7 +18,7 @@ def figures():
 def test_plan_bench_prints_its_json_keys(figures):
     json.dumps(figures)
     assert set(figures) == {"budget_bytes", "plan", "predicted_peak", "measured_peak", "predicted_step_ratio",
-                            "measured_step_ratio", "fits", "step_ratio", "largest_batch"}
+                            "measured_step_ratio", "fits", "step_ratio", "largest_batch", "planner_200_blocks_seconds"}
     assert set(figures["fits"]) == set(figures["step_ratio"]) == {"planner", *lk.planning.SCHEMES}
     assert set(figures["largest_batch"]) == {"planner", *lk.planning.SCHEMES}
 
@@ -34,7 +34,14 @@ def test_the_plan_fits_where_keeping_everything_does_not(figures):
 def test_the_largest_batches_grow_as_schemes_keep_less(figures):
     largest = figures["largest_batch"]
     assert largest["none"] < lk.sizes().batch <= largest["full"]  # at the bench's budget, plain does not fit
-    assert largest["full"] >= max(largest[s] for s in ("sqrt_n", "selective", "planner"))
+    assert largest["full"] >= max(largest[s] for s in ("sqrt_n", "selective"))
+    assert largest["planner"] >= largest["none"]
+
+
+def test_the_planners_speed_is_measured_on_200_blocks_of_four_ways(figures):
+    profile = lab07.random_profile(200)
+    assert len(profile.blocks) == 200 and all(set(b.ways()) == {"keep", "selective", "offload"} for b in profile.blocks)
+    assert figures["planner_200_blocks_seconds"] > 0
 
 
 def test_the_largest_batch_figure_draws_a_bar_per_scheme():

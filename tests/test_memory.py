@@ -489,5 +489,8 @@ def test_a_meter_on_one_device_leaves_the_others_out():
     with lk.MemoryMeter(device="cpu") as here:
         c = a @ a
     assert none_here.peak == 0 and here.peak == c.untyped_storage().nbytes() == b.untyped_storage().nbytes()
+    with lk.MemoryMeter(device="cuda:0") as on_a_gpu:  # a step offloading to the host: host bytes are not counted
+        d = a @ a
+    assert on_a_gpu.peak == 0 and d.device.type == "cpu"
     with pytest.raises(RuntimeError):
         lk.MemoryMeter(device="nowhere")

@@ -30,6 +30,8 @@ def plan_blocks(profile: Profile, budget: int, most: int = 4096) -> list[Step] |
     unit = _units(profile, most)
     up = lambda v: -(-v // unit)  # noqa: E731
     top = (budget - profile.base) // unit  # the room for activations, in units, rounded down
+    # above this much room no constraint binds (everything kept, plus the largest rebuild): cap the table
+    top = min(top, sum(max(up(b.inp), *(up(w.held) for w in b.ways().values())) + up(b.act) for b in blocks))
     names = sorted({name for b in blocks for name in b.ways()})
     rebuilt = np.concatenate([[0], np.cumsum([up(b.act) for b in blocks])])  # rebuilt[j] - rebuilt[i]: [i, j)
     fwd = np.concatenate([[0.0], np.cumsum([b.fwd for b in blocks])])
