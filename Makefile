@@ -10,8 +10,8 @@ test: $(STAMP)
 	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the labkit grade tests that need its sandbox are skipped"
 	@command -v chromium >/dev/null || echo "labkit: chromium is not installed: the browser tests (every notebook in JupyterLab in Chromium) are skipped; apt-get install chromium runs them"
 	$(PY) -m labkit student --check
-	LABKIT_PROFILE=tiny $(PY) -m pytest -q -n 3 --dist loadfile tests
-	LABKIT_PROFILE=cpu $(PY) -m pytest -q -n 2 --dist loadfile $(NBVAL) solutions
+	LABKIT_PROFILE=tiny $(PY) -m pytest -q -n 2 --dist loadfile tests
+	LABKIT_PROFILE=cpu $(PY) -m pytest -q $(NBVAL) solutions
 
 # Re-execute the solutions in place (outputs are committed), then regenerate notebooks/.
 solutions: $(STAMP)

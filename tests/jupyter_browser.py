@@ -24,9 +24,19 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from run_all import ALLOWED, CHECKER  # what a student notebook may show after Run All, as nbclient judges it
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+try:
+    import playwright  # noqa: F401
+    HAVE_PLAYWRIGHT = True
+except ImportError:
+    HAVE_PLAYWRIGHT = False
+BROWSER_MARKS = [pytest.mark.browser, pytest.mark.slow,
+                 pytest.mark.skipif(not CHROMIUM, reason="Chromium is not installed (apt-get install chromium)"),
+                 pytest.mark.skipif(not HAVE_PLAYWRIGHT, reason="playwright is not installed (pip install -e '.[dev]')")]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 TALL = 4000  # the viewport's height while screenshots are taken
