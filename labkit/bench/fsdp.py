@@ -21,7 +21,9 @@ Notes (the code says "See Note N" where one applies):
    storage is a stand-in of the global size. FSDP2's plain-tensor work is counted as it happens: the
    all-gather output (``empty``), the unsharded parameters (the ``view`` FSDP takes of them, then
    ``resize_(0)`` when resharded and ``resize_(n)`` when gathered again), the reduce-scatter input and
-   output. tests/test_bench_fsdp.py holds the meter's peak to PyTorch's FSDPMemTracker, byte for byte.
+   output. tests/test_bench_fsdp.py holds the meter's peak to PyTorch's FSDPMemTracker, byte for byte. Both
+   see an op on DTensors from outside DTensor's own dispatch: a temporary it makes and frees inside one op
+   is seen by neither (the outputs are).
 2. Checkpoint first, then fully_shard: FSDP2's hooks (all-gather before a block, reshard after it) then
    sit outside the checkpointed region. ``wrong_order()`` runs the other order beside it. Patching a
    block's ``forward`` is the same in either order (FSDP2 hooks the module call, around ``forward``); a
