@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from labkit.harness import Scheme, blocks_of, plain, wrapped
 from labkit.ledger import Ledger
 from labkit.meter import MemoryMeter
-from labkit.tensors import cuda_devices, tensor_storages
+from labkit.tensors import cuda_devices, inputs_of, tensor_storages
 from labkit.timing import benchmark
 
 __all__ = ["SchemeCost", "Situation", "Advice", "check_budget", "recommend", "situation", "advise", "scheme",
@@ -194,19 +194,6 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, loss_fn
     return run
 
 
-def _inputs_of(modules: list[nn.Module], run: Callable[[], Any]) -> list[tuple[Any, ...]]:
-    """The positional arguments each of `modules` was called with during run() (its first call)."""
-    seen: dict[int, tuple[Any, ...]] = {}
-    hooks = [m.register_forward_pre_hook(lambda m, a, i=i: seen.setdefault(i, tuple(t.detach() for t in a)))
-             for i, m in enumerate(modules)]
-    try:
-        run()
-    finally:
-        for h in hooks:
-            h.remove()
-    return [seen[i] for i in range(len(modules))]
-
-
 def _forward_seconds(module: nn.Module, args: tuple[Any, ...], repeats: int) -> float:
     """Median seconds of the module's forward recording a graph, as a recomputation runs it."""
     def run() -> None:
@@ -256,7 +243,7 @@ def _measure(model: nn.Module, x: torch.Tensor, budget: int, training: bool,
     act = [under(fqn) for fqn in names]
     cores = [getattr(getattr(m, "attn", None), "core", None) for _, m in blocks]
     selective = all(isinstance(c, nn.Module) for c in cores)
-    seen = _inputs_of([m for _, m in blocks] + (cores if selective else []), lambda: model(x))
+    seen = inputs_of([m for _, m in blocks] + (cores if selective else []), lambda: model(x))
     ins, core_ins = seen[:len(blocks)], seen[len(blocks):]
     in_bytes = [_nbytes(a) for a in ins]
     t_fwd = [_forward_seconds(m, a, repeats) for (_, m), a in zip(blocks, ins)]

@@ -36,7 +36,7 @@ from labkit.harness import blocks_of
 from labkit.ledger import Ledger
 from labkit.meter import MemoryMeter
 from labkit.ops import trace
-from labkit.tensors import cuda_devices, tensor_storages
+from labkit.tensors import cuda_devices, inputs_of, tensor_storages
 from labkit.timing import benchmark, compare
 
 __all__ = ["KEEP", "SELECTIVE", "OFFLOAD", "RECOMPUTE", "Option", "BlockCosts", "Profile", "Step", "check_plan",
@@ -218,19 +218,6 @@ def _train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
     return run
 
 
-def _inputs_of(modules: Sequence[nn.Module], run: Callable[[], Any]) -> list[torch.Tensor]:
-    """The first positional argument each of `modules` was first called with during run(), detached."""
-    seen: dict[int, torch.Tensor] = {}
-    hooks = [m.register_forward_pre_hook(lambda m, a, i=i: seen.setdefault(i, a[0].detach()))
-             for i, m in enumerate(modules)]
-    try:
-        run()
-    finally:
-        for h in hooks:
-            h.remove()
-    return [seen[i] for i in range(len(modules))]
-
-
 def _forward_seconds(module: nn.Module, x: torch.Tensor, repeats: int) -> float:
     """Median seconds of the module's forward recording a graph, as a recomputation runs it."""
     def run() -> None:
@@ -317,7 +304,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     blocks = blocks_of(model)
     under = lambda fqn: sum(b for m, b in saved.items() if m == fqn or m.startswith(fqn + "."))  # noqa: E731
     act = [under(fqn) for fqn, _ in blocks]
-    ins = _inputs_of([m for _, m in blocks], lambda: model(x))
+    ins = [args[0] for args in inputs_of([m for _, m in blocks], lambda: model(x))]
     per_byte = _h2d_seconds_per_byte(x.device) if x.is_cuda and seconds_from is None else None
     if x.is_cuda and seconds_from is not None:
         per_byte = 0.0  # offload's seconds come from seconds_from
@@ -363,20 +350,13 @@ def _selective_keep(block: nn.Module, x: torch.Tensor, forward: Callable[..., An
     return _POLICIES[key]
 
 
-def _segment(forwards: Sequence[Callable[[torch.Tensor], torch.Tensor]]) -> Callable[[torch.Tensor], torch.Tensor]:
-    def run(h: torch.Tensor) -> torch.Tensor:
-        for f in forwards:
-            h = f(h)
-        return h
-    return run
-
-
 @contextlib.contextmanager
 def applied(model: nn.Module, plan: Sequence[Step]) -> Iterator[None]:
     """While inside, calling `model` runs its blocks as the plan says: recompute segments under lab 02's
     checkpoint_hooks, selective under PyTorch's checkpoint with lab 04's policy (core attention recomputed),
     offload under torch.autograd.graph.save_on_cpu; keep plainly. Every block's forward is restored after."""
     from labkit.labs.recompute import checkpoint_hooks  # lab 02
+    from labkit.labs.sqrt_n import run_layers  # lab 03: one function of a chain's layers
     from labkit.labs.selective import torch_policy  # lab 04
 
     blocks = [m for _, m in blocks_of(model)]
@@ -388,7 +368,7 @@ def applied(model: nn.Module, plan: Sequence[Step]) -> Iterator[None]:
     for s in plan:
         f = forwards[s.start]
         if s.how == RECOMPUTE:
-            run = _segment(forwards[s.start:s.stop])
+            run = run_layers(forwards[s.start:s.stop])
             patched[s.start] = lambda h, run=run: checkpoint_hooks(run, h)
             for i in range(s.start + 1, s.stop):
                 patched[i] = lambda h: h  # run by the segment's checkpoint

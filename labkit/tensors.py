@@ -52,6 +52,19 @@ def cuda_devices(*trees: Any) -> list[int]:
     return sorted(found)
 
 
+def inputs_of(modules: list[nn.Module], run: Any) -> list[tuple[Any, ...]]:
+    """The positional arguments (detached) each of `modules` was called with during run() (its first call)."""
+    seen: dict[int, tuple[Any, ...]] = {}
+    hooks = [m.register_forward_pre_hook(lambda m, a, i=i: seen.setdefault(i, tuple(t.detach() for t in a)))
+             for i, m in enumerate(modules)]
+    try:
+        run()
+    finally:
+        for h in hooks:
+            h.remove()
+    return [seen[i] for i in range(len(modules))]
+
+
 def check_callable(fn: Any, who: str, name: str = "fn") -> None:
     """TypeError naming the type when argument `name` of `who` cannot be called."""
     if not callable(fn):
