@@ -11,10 +11,17 @@ until its backward, bytes alive while its backward runs, and the seconds it adds
   keeps the first block's input, and backward rebuilds all its blocks' activations at once.
 
 A *plan* is a list of ``Step(start, stop, how)`` covering the blocks in order. ``peak_of`` predicts its peak the
-way lab 03's did, per block: the blocks' kept bytes add up through forward; while a block's (or segment's)
-backward runs, what the blocks before it keep is alive beside what it holds. ``base`` (everything at the plain
-step's peak besides the blocks' saved activations) comes on top; nothing falls below ``floor``, the optimizer
-step's peak, which no plan changes.
+way lab 03's did, per block, with the two moments a step's peak can fall at:
+
+- the top of the step, between the blocks' forward and their backward: every byte the blocks keep, plus ``base``
+  (everything else then: parameters, the optimizer's state, the embedding's and the head's activations, the
+  logits and their gradient);
+- a block's backward: what the blocks before it keep, what it holds (a segment: its blocks' act, rebuilt at
+  once, then freed block by block from the last), plus the block's ``beside`` (everything else then:
+  parameters, the optimizer's state, the gradients made so far, its own and every later block's included, the
+  gradient flowing back).
+
+Nothing falls below ``floor``, the optimizer step's peak, which no plan changes.
 
 ``profile_model`` measures a profile (labkit's meter, ledger and stopwatch, lab 04's op trace); ``applied`` runs
 a plan for real; ``largest_batch`` finds by bisection, measuring, the largest batch whose step fits a budget.
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,9 +91,11 @@ class BlockCosts:
     inp: int  # bytes of its input: what a recomputed segment starting at this block keeps
     fwd: float  # seconds of its forward recording a graph: what recomputing it costs
     options: Mapping[str, Option] = field(default_factory=dict)  # its single-block ways besides keep
+    beside: int = 0  # bytes alive beside the blocks' activations while its backward runs (see the module's doc)
 
     def __post_init__(self) -> None:
         _check_bytes(self.act, "BlockCosts: act")
+        _check_bytes(self.beside, "BlockCosts: beside")
         _check_bytes(self.inp, "BlockCosts: inp")
         _check_seconds(self.fwd, "BlockCosts: fwd")
         for name, o in self.options.items():
@@ -103,7 +113,7 @@ class Profile:
     """A model's blocks' costs, and what no plan changes."""
 
     blocks: tuple[BlockCosts, ...]
-    base: int  # bytes at the plain step's forward/backward peak besides the blocks' saved activations
+    base: int  # bytes beside what the blocks keep at the step's top, between their forward and their backward
     floor: int  # the optimizer step's peak: no plan goes below it
     step: float  # seconds of the plain step
 
@@ -148,22 +158,27 @@ def check_plan(plan: object, profile: Profile) -> list[Step]:
 
 
 def _costs(s: Step, profile: Profile) -> tuple[int, int, float]:
-    """(kept, held, seconds) of one step of a plan."""
+    """(kept, need, seconds) of one step of a plan: need is the most its backward has alive besides what the
+    steps before it keep (a segment's backward runs its blocks' from the last, each freeing its act)."""
     blocks = profile.blocks[s.start:s.stop]
     if s.how == RECOMPUTE:
-        return blocks[0].inp, sum(b.act for b in blocks), sum(b.fwd for b in blocks)
+        rebuilt, need = 0, 0
+        for b in blocks:
+            rebuilt += b.act
+            need = max(need, rebuilt + b.beside)
+        return blocks[0].inp, need, sum(b.fwd for b in blocks)
     o = blocks[0].ways()[s.how]
-    return o.kept, o.held, o.seconds
+    return o.kept, o.held + blocks[0].beside, o.seconds
 
 
 def peak_of(plan: Sequence[Step], profile: Profile) -> int:
     """Predicted peak bytes of a step under the plan (see the module's doc)."""
     kept, worst = 0, 0  # bytes the steps so far keep; the worst backward so far
     for s in check_plan(plan, profile):
-        kept_here, held, _ = _costs(s, profile)
-        worst = max(worst, kept + held)  # its backward: what the blocks before it keep, and what it holds
+        kept_here, need, _ = _costs(s, profile)
+        worst = max(worst, kept + need)  # its backward: what the blocks before it keep, and what it needs
         kept += kept_here
-    return max(profile.floor, profile.base + max(kept, worst))
+    return max(profile.floor, profile.base + kept, worst)
 
 
 def seconds_of(plan: Sequence[Step], profile: Profile) -> float:
@@ -234,6 +249,12 @@ def _selective(keep: frozenset[str]) -> Callable[..., Any]:
     return lambda block, x: torch_checkpoint(block, x, use_reentrant=False, context_fn=context_fn)
 
 
+def _offloaded(block: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
+    """block(x) with its saved tensors moved to (pinned, from a GPU) host memory and back in backward: offload."""
+    with torch.autograd.graph.save_on_cpu(pin_memory=x.is_cuda):
+        return block(x)
+
+
 def _extra_seconds(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any], repeats: int) -> float:
     """Median seconds a forward and backward of `block` take longer under wrap(block, x) than plainly (alternating
     runs): what the way costs, its bookkeeping included."""
@@ -243,6 +264,20 @@ def _extra_seconds(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any], 
         return go
     c = compare(step(block), step(lambda h: wrap(block, h)), repeats=repeats, warmup=1, device=x.device)
     return max(0.0, (c.ratio - 1) * c.a.median)
+
+
+def _extra_held(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any]) -> int:
+    """Bytes more that a forward and backward of `block` has alive at its peak under wrap(block, x) than plainly
+    (the meter, on x's device, each from no gradients and the same random draws): what the way rebuilds or
+    stages beyond what the block holds plainly. PyTorch's selective checkpoint, for one, runs the whole forward
+    again in backward, and the outputs it recomputes meet the ones it kept."""
+    def peak(run: Callable[[torch.Tensor], torch.Tensor]) -> int:
+        for p in block.parameters():
+            p.grad = None
+        with torch.random.fork_rng(devices=cuda_devices(x)), MemoryMeter(device=x.device) as meter:
+            run(x.detach().requires_grad_()).float().sum().backward()
+        return meter.peak
+    return max(0, peak(lambda h: wrap(block, h)) - peak(block))
 
 
 def _h2d_seconds_per_byte(device: torch.device) -> float:
@@ -264,12 +299,16 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
 
     act: the ledger's saved bytes under each block; inp: its input's bytes; fwd: its forward's median
     seconds. selective: keeps the input and, by lab 04's trace, every op output outside core attention
-    (``selective_keep``, ``kept_bytes``); holds act while its backward rebuilds core attention; costs what a
-    forward and backward of the block take longer under PyTorch's selective checkpoint with that policy than
-    plainly (alternating runs: the recomputation and the policy's bookkeeping). offload (CUDA only): keeps its
-    input's bytes on the device (a selective block before it keeps its output there), holds act, costs a round trip of act at the measured device-host speed. base and floor: the meter's forward/backward and optimizer
-    phase peaks of a steady step; step: that step's median seconds. seconds_from: take every time from that
-    profile (of the same model at another batch) instead of measuring: bytes only, much faster.
+    (``selective_keep``, ``kept_bytes``); while its backward runs it holds act and what PyTorch's selective
+    checkpoint has alive beyond a plain backward (the meter, on the block alone); costs what a forward and
+    backward of the block take longer under that checkpoint than plainly (alternating runs: the recomputation
+    and the policy's bookkeeping). offload (CUDA only): keeps its input's bytes on the device (a selective block
+    before it keeps its output there), holds act and what it stages, costs a round trip of act at the measured
+    device-host speed. beside, base and floor: the meter's timeline of a steady step, its peak while each
+    block's backward runs less the blocks' activations alive then, its peak at every other moment of forward
+    and backward less all of them, its optimizer step's peak; step: that step's median seconds. seconds_from:
+    take every time from that profile (of the same model at another batch) instead of measuring: bytes only,
+    much faster.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"profile_model: model must be an nn.Module, got {type(model).__name__}")
@@ -289,10 +328,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     opt = torch.optim.Adam(model.parameters())
     step = _train_step(model, opt, x, loss_fn)
     step()  # gradients and Adam's state exist from here on
-    with MemoryMeter(model, opt, x, device=x.device) as meter:
-        step()
-    phases = meter.phase_peaks
-    fb_peak = max(v for k, v in phases.items() if k != "optimizer")
+    windows, outside, optimizer = _moments(model, opt, x, step)
     if seconds_from is None:
         t_step = benchmark(step, warmup=0, repeats=repeats).median
     else:
@@ -317,13 +353,67 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
             ops = trace(block, h.requires_grad_(), model=block, time=False)
             keep = _selective_keep(block, h)  # as `applied` will run it (and checked against lab 04's rule)
             kept = min(a, _nbytes(h) + kept_bytes(ops, keep))
-            t = _extra_seconds(block, h, _selective(keep), repeats) if given is None else given.options[SELECTIVE].seconds
-            options[SELECTIVE] = Option(kept, a, t)
+            wrap = _selective(keep)
+            t = _extra_seconds(block, h, wrap, repeats) if given is None else given.options[SELECTIVE].seconds
+            options[SELECTIVE] = Option(kept, a + _extra_held(block, h, wrap), t)
         if per_byte is not None:  # its input may stay on the device: a selective block before it keeps its output
-            options[OFFLOAD] = Option(_nbytes(h), a, a * per_byte if given is None else given.options[OFFLOAD].seconds)
+            staged = _extra_held(block, h, _offloaded)
+            options[OFFLOAD] = Option(_nbytes(h), a + staged, a * per_byte if given is None else given.options[OFFLOAD].seconds)
         fwd = _forward_seconds(block, h, repeats) if given is None else given.fwd
         costs.append(BlockCosts(a, _nbytes(h), fwd, options))
-    return Profile(tuple(costs), max(0, fb_peak - sum(act)), phases.get("optimizer", 0), t_step)
+    # beside each block's backward, and beside everything kept at the top: the measured peaks less the blocks'
+    # activations alive then (plainly, block i's backward runs while blocks 0..i keep theirs)
+    base = max(0, outside - sum(act))
+    if windows is None:  # the backwards not told apart: each one beside the step's whole peak (lab 03's model)
+        beside = [base] * len(act)
+    else:
+        beside = [max(0, w - sum(act[:i + 1])) for i, w in enumerate(windows)]
+    costs = [dataclasses.replace(c, beside=b) for c, b in zip(costs, beside)]
+    return Profile(tuple(costs), base, optimizer, t_step)
+
+
+def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+             step: Callable[[], None]) -> tuple[list[int] | None, int, int]:
+    """The meter's peaks of one steady step: while each block's backward runs (None where the blocks' gradients
+    cannot be told apart), at every other moment of forward and backward, and in the optimizer step. Block i's
+    backward runs from the gradient of its output to the gradient of its input: tensor hooks mark both on the
+    meter's timeline (block 0's input may need none: then it runs until backward ends)."""
+    blocks = [m for _, m in blocks_of(model)]
+    marks: dict[tuple[str, int], int] = {}
+
+    def mark(key: tuple[str, int]) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            marks.setdefault(key, len(meter.timeline))
+        return hook
+
+    def on_forward(i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+            for key, t in ((("out", i), out), (("in", i), args[0] if args else None)):
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    t.register_hook(mark(key))
+        return hook
+
+    with contextlib.ExitStack() as stack:
+        for i, b in enumerate(blocks):
+            stack.callback(b.register_forward_hook(on_forward(i)).remove)
+        with MemoryMeter(model, opt, x, device=x.device, history=True) as meter:
+            step()
+    timeline = meter.timeline
+    optimizer = meter.phase_peaks.get("optimizer", 0)
+    in_step = [e for e in timeline if e.phase != "optimizer"]
+    ends = [e.index for e in in_step]
+    n = len(blocks)
+    starts = [marks.get(("out", i)) for i in range(n)]
+    stops = [marks.get(("in", i)) for i in range(n)]
+    if stops[0] is None and ends:
+        stops[0] = ends[-1] + 1
+    if any(v is None for v in starts + stops) or any(a > b for a, b in zip(starts, stops)) or \
+            any(starts[i] < stops[i + 1] for i in range(n - 1)):
+        return None, max((e.live_bytes for e in in_step), default=0), optimizer
+    windows = [max((e.live_bytes for e in timeline[a:b]), default=0) for a, b in zip(starts, stops)]
+    rest = [e.live_bytes for e in in_step if e.index < starts[-1] or e.index >= stops[0]]
+    return windows, max(rest, default=0), optimizer
+
 
 
 # ---------------------------------------------------------------- running a plan
@@ -378,10 +468,7 @@ def applied(model: nn.Module, plan: Sequence[Step]) -> Iterator[None]:
                 return torch_checkpoint(f, h, use_reentrant=False, context_fn=context_fn)
             patched[s.start] = selective
         elif s.how == OFFLOAD:
-            def offloaded(h: torch.Tensor, f: Callable[..., Any] = f) -> Any:
-                with torch.autograd.graph.save_on_cpu(pin_memory=h.is_cuda):
-                    return f(h)
-            patched[s.start] = offloaded
+            patched[s.start] = lambda h, f=f: _offloaded(f, h)
     before = {i: vars(blocks[i]).get("forward") for i in patched}  # a forward patched already (None: the class's)
     for i, fn in patched.items():
         blocks[i].forward = fn

@@ -35,7 +35,7 @@ def test_the_largest_batches_grow_as_schemes_keep_less(figures):
     largest = figures["largest_batch"]
     assert largest["none"] < lk.sizes().batch <= largest["full"]  # at the bench's budget, plain does not fit
     assert largest["full"] >= max(largest[s] for s in ("sqrt_n", "selective"))
-    assert largest["planner"] >= largest["none"]
+    assert largest["planner"] >= largest["full"]  # full is one of the plans it weighs, and predicted to the byte
 
 
 def test_the_planners_speed_is_measured_on_200_blocks_of_four_ways(figures):

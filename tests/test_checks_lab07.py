@@ -50,6 +50,16 @@ def _held_is_kept(profile):
     return dataclasses.replace(profile, blocks=blocks)
 
 
+def _each_block(profile, **change):
+    return dataclasses.replace(profile, blocks=tuple(dataclasses.replace(b, **change) for b in profile.blocks))
+
+
+def _segment_pessimist(profile):
+    """Every block's beside raised to the largest one: a segment then needs all its act beside the worst beside
+    (never fails to fit, but misses plans; a planner that sums a segment's act with its largest beside does so)."""
+    return _each_block(profile, beside=max(b.beside for b in profile.blocks))
+
+
 def _brute(family):
     """A planner by brute force over the plans `family` allows: the cheapest of them that fits, or None."""
     def plan(profile, budget):
@@ -90,7 +100,9 @@ def _raises(profile, budget):
 BUGS = {
     "held ignored": (_on(_held_is_kept), H.PLAN_FITS),
     "floor ignored": (_on(lambda p: dataclasses.replace(p, floor=0)), H.PLAN_NONE),
-    "base ignored": (_on(lambda p: dataclasses.replace(p, base=0)), H.PLAN_NONE),
+    "base ignored": (_on(lambda p: dataclasses.replace(p, base=0)), H.PLAN_FITS),
+    "beside ignored": (_on(lambda p: _each_block(p, beside=0)), H.PLAN_FITS),
+    "segment needs every beside": (_on(_segment_pessimist), H.PLAN_OPTIMAL),
     "strict <": (lambda p, b: R.plan_blocks(p, b - 1), H.PLAN_OPTIMAL),
     "one-block segments only": (_brute(lambda plan, p: all(s.stop == s.start + 1 for s in plan)), H.PLAN_OPTIMAL),
     "no selective or offload": (_brute(lambda plan, p: all(s.how in ("keep", RECOMPUTE) for s in plan)), H.PLAN_OPTIMAL),

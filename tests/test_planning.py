@@ -26,16 +26,18 @@ def cheapest(profile: Profile, budget: int) -> float | None:
     n, best = len(profile.blocks), [None]
 
     def walk(i: int, kept: int, worst: int, secs: float) -> None:
-        if max(profile.floor, profile.base + max(kept, worst)) > budget:
+        if max(profile.floor, profile.base + kept, worst) > budget:
             return
         if i == n:
             best[0] = secs if best[0] is None else min(best[0], secs)
             return
-        for way in profile.blocks[i].ways().values():
-            walk(i + 1, kept + way.kept, max(worst, kept + way.held), secs + way.seconds)
+        block = profile.blocks[i]
+        for way in block.ways().values():
+            walk(i + 1, kept + way.kept, max(worst, kept + way.held + block.beside), secs + way.seconds)
         for j in range(i + 1, n + 1):
-            seg = profile.blocks[i:j]
-            walk(j, kept + seg[0].inp, max(worst, kept + sum(b.act for b in seg)), secs + sum(b.fwd for b in seg))
+            seg = profile.blocks[i:j]  # its backward: block k beside the act of blocks i..k
+            need = max(sum(b.act for b in seg[:k + 1]) + seg[k].beside for k in range(len(seg)))
+            walk(j, kept + seg[0].inp, max(worst, kept + need), secs + sum(b.fwd for b in seg))
 
     walk(0, 0, 0, 0.0)
     return best[0]
@@ -51,14 +53,14 @@ def profiles(draw, most_blocks: int = 8) -> Profile:
         options = {SELECTIVE: Option(draw(st.integers(inp, act)), act, draw(st.integers(0, 8)) / 4)}
         if draw(st.booleans()):
             options[OFFLOAD] = Option(0, act, draw(st.integers(0, 16)) / 4)
-        blocks.append(BlockCosts(act, inp, draw(st.integers(0, 16)) / 4, options))
+        blocks.append(BlockCosts(act, inp, draw(st.integers(0, 16)) / 4, options, draw(st.integers(0, 12))))
     return Profile(tuple(blocks), draw(st.integers(0, 10)), draw(st.integers(0, 40)), 1.0)
 
 
 @given(profiles(), st.floats(0, 1.1))
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_the_planner_finds_the_optimum_of_exhaustive_search(profile, share):
-    budget = int(profile.base + share * sum(b.act for b in profile.blocks))
+    budget = int(profile.base + share * sum(b.act + b.beside for b in profile.blocks))
     want, got = cheapest(profile, budget), plan_blocks(profile, budget)
     if want is None:
         assert got is None
@@ -72,7 +74,7 @@ def test_the_planner_finds_the_optimum_of_exhaustive_search(profile, share):
 @given(profiles(most_blocks=6), st.floats(0, 1.1), st.integers(4, 40))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_with_a_coarse_byte_unit_the_plan_still_fits_and_costs_no_less_than_the_optimum(profile, share, most):
-    budget = int(profile.base + share * sum(b.act for b in profile.blocks))
+    budget = int(profile.base + share * sum(b.act + b.beside for b in profile.blocks))
     got, want = plan_blocks(profile, budget, most=most), cheapest(profile, budget)
     if got is not None:  # rounding up can only lose plans, never admit one over the budget
         assert peak_of(got, profile) <= budget
@@ -128,9 +130,12 @@ def test_a_budget_that_is_not_a_positive_int_of_bytes_is_named(budget):
 
 
 def test_a_budget_nothing_fits_names_the_least_that_does():
-    profile = Profile((BlockCosts(30, 10, 1.0),) * 2, 5, 0, 1.0)
-    with pytest.raises(ValueError, match=r"budget=20 B .* the least that fits is 45 B"):
+    # recomputing both: the top holds 5 + 10 + 10, block 1's backward 10 + 30 + 2 (the least, 42); keeping block
+    # 1 as well: the top holds 5 + 10 + 30
+    profile = Profile((BlockCosts(30, 10, 1.0, beside=2),) * 2, 5, 0, 1.0)
+    with pytest.raises(ValueError, match=r"budget=20 B .* the least that fits is 42 B"):
         plan_for(profile, 20)
+    assert plan_for(profile, 42) == [Step(0, 1, RECOMPUTE), Step(1, 2, RECOMPUTE)]
     assert plan_for(profile, 45) == [Step(0, 1, RECOMPUTE), Step(1, 2, KEEP)]
 
 
@@ -173,13 +178,17 @@ def test_a_plan_that_does_not_cover_the_blocks_is_named(plan, words):
 
 # ---------------------------------------------------------------- the model of a plan
 def test_the_fixed_schemes_as_plans_and_their_predictions():
-    profile = Profile(tuple(BlockCosts(10, 2, 1.0, {SELECTIVE: Option(6, 10, 0.25)}) for _ in range(4)), 100, 0, 4.0)
+    # beside grows towards block 0 (the gradients made so far), as measured
+    profile = Profile(tuple(BlockCosts(10, 2, 1.0, {SELECTIVE: Option(6, 10, 0.25)}, beside=96 - 2 * i)
+                            for i in range(4)), 80, 0, 4.0)
     assert describe(scheme_plan("sqrt_n", 4)) == "recompute 0-1 | keep 2-3"
     assert describe(scheme_plan("none", 4)) == "keep 0-3"
-    assert peak_of(scheme_plan("none", 4), profile) == 140
-    assert peak_of(scheme_plan("full", 4), profile) == 100 + 3 * 2 + 10
-    assert peak_of(scheme_plan("sqrt_n", 4), profile) == 100 + max(0 + 20, 2 + 10 + 10)  # segment 0-1 rebuilt; kept
-    assert peak_of(scheme_plan("selective", 4), profile) == 100 + max(24, 18 + 10)
+    assert peak_of(scheme_plan("none", 4), profile) == max(80 + 40, 30 + 10 + 90)  # the top; block 3's backward
+    assert peak_of(scheme_plan("full", 4), profile) == max(80 + 4 * 2, *(2 * i + 10 + 96 - 2 * i for i in range(4)))
+    # the segment 0-1 rebuilt (block 1 beside its 94, then block 0 beside its 96); blocks 2 and 3 beside it
+    assert peak_of(scheme_plan("sqrt_n", 4), profile) == max(80 + 2 + 20, 20 + 94, 10 + 96, 2 + 10 + 92,
+                                                               2 + 10 + 10 + 90)
+    assert peak_of(scheme_plan("selective", 4), profile) == max(80 + 24, *(6 * i + 10 + 96 - 2 * i for i in range(4)))
     assert step_ratio(scheme_plan("full", 4), profile) == 2.0
     assert step_ratio(scheme_plan("selective", 4), profile) == 1.25
     with pytest.raises(ValueError, match="'half' is not a scheme"):
@@ -266,7 +275,7 @@ def test_profiling_leaves_the_model_and_the_generator_as_they_were(capstone):
 
 
 @pytest.mark.parametrize("profile_name", ["tiny", "cpu"])
-def test_bytes_at_another_batch_follow_the_line_through_batches_one_and_two(profile_name):
+def test_bytes_at_another_batch_follow_the_line_through_two_measured_batches(profile_name):
     size = lk.sizes(profile_name)
     reference = lab07.capstone(size, repeats=1).profile
 
@@ -274,9 +283,11 @@ def test_bytes_at_another_batch_follow_the_line_through_batches_one_and_two(prof
         model, tokens = lab07._model(size, batch, size.device)
         return profile_model(model, tokens, lambda out: lk.next_token_loss(out, tokens), repeats=1,
                              seconds_from=reference)
-    one, two, five = measured(1), measured(2), measured(5)
-    guess = lab07.at_batch(one, two, 5)
-    assert [(b.act, b.inp, b.options) for b in guess.blocks] == [(b.act, b.inp, b.options) for b in five.blocks]
+    low, high = (measured(b) for b in lab07.MEASURED)
+    five = measured(5)
+    guess = lab07.at_batch(low, high, 5)
+    assert [(b.act, b.inp, b.options, b.beside) for b in guess.blocks] == \
+        [(b.act, b.inp, b.options, b.beside) for b in five.blocks]
     assert guess.floor == five.floor
     # base: where the step's peak falls can move with the batch (on tiny sizes it does); on the lab's, 1%
     assert profile_name == "tiny" or abs(guess.base - five.base) <= 0.01 * five.base

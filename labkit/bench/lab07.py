@@ -109,16 +109,24 @@ def rows(c: Capstone, plans: dict[str, list[Step]], budget: int, repeats: int = 
     return out
 
 
-def at_batch(one: Profile, two: Profile, batch: int) -> Profile:
-    """The profile at `batch`, from the bytes measured at batches 1 and 2, extrapolated along the line through
-    them (every block's bytes grow by the same amount per sequence; base and floor nearly so: the tests measure
-    how near); the seconds are one's."""
-    at = lambda a, b: a + (batch - 1) * (b - a)  # noqa: E731
+MEASURED = (2, 3)  # the batches at_batch draws its line through
+
+
+def at_batch(low: Profile, high: Profile, batch: int, measured: tuple[int, int] = MEASURED) -> Profile:
+    """The profile at `batch`, from the bytes measured at two batches (`measured`: low's and high's), along the
+    line through them (every block's bytes grow by the same amount per sequence; base and floor nearly so: the
+    tests measure how near); the seconds are low's. Batch 1 is not one of the two: there a selective block's
+    backward peaks where its gradients, not its activations, decide, off the line the others follow."""
+    a, b = measured
+    at = lambda x, y: max(0, x + (batch - a) * (y - x) // (b - a))  # noqa: E731
+
+    def way(o: Option, p: Option) -> Option:  # below the two batches a selective block's lines can cross
+        kept = at(o.kept, p.kept)
+        return Option(kept, max(kept, at(o.held, p.held)), o.seconds)
     blocks = tuple(BlockCosts(at(x.act, y.act), at(x.inp, y.inp), x.fwd,
-                              {k: Option(at(o.kept, y.options[k].kept), at(o.held, y.options[k].held), o.seconds)
-                               for k, o in x.options.items()})
-                   for x, y in zip(one.blocks, two.blocks))
-    return Profile(blocks, at(one.base, two.base), at(one.floor, two.floor), one.step)
+                              {k: way(o, y.options[k]) for k, o in x.options.items()}, at(x.beside, y.beside))
+                   for x, y in zip(low.blocks, high.blocks))
+    return Profile(blocks, at(low.base, high.base), at(low.floor, high.floor), low.step)
 
 
 def _tokens(cfg: GPTConfig, vocab: int, batch: int, device: str) -> torch.Tensor:
@@ -141,7 +149,7 @@ def batch_rows(size: Sizes, budget: int, planner: Callable[[Profile, int], list[
     `budget` (labkit.planning.largest_batch: one measured step per batch tried), and the median step time per
     sequence at that batch.
 
-    Bytes at any batch come from ``at_batch`` (bytes measured at batches 1 and 2): the planner plans from them
+    Bytes at any batch come from ``at_batch`` (bytes measured at batches 2 and 3): the planner plans from them
     at each batch it tries, with reference's seconds (a batch scales every block's time alike, so the same plan
     stays cheapest); a plan that measures over the budget (its prediction a little low) is planned again for the
     budget less the overshoot, twice at most. A batch whose plan's predicted peak is over OVER x budget counts
@@ -155,7 +163,7 @@ def batch_rows(size: Sizes, budget: int, planner: Callable[[Profile, int], list[
         model = GPT(cfg, vocab).to(size.device)
         one, two = (profile_model(model, t, lambda out, t=t: next_token_loss(out, t), repeats=1,
                                   seconds_from=reference)
-                    for t in (_tokens(cfg, vocab, b, size.device) for b in (1, 2)))
+                    for t in (_tokens(cfg, vocab, b, size.device) for b in MEASURED))
         for name in (*SCHEMES, "planner"):
             model = GPT(cfg, vocab).to(size.device)
             opt = torch.optim.Adam(model.parameters())

@@ -16,9 +16,9 @@ def _units(profile: Profile, most: int) -> int:
     """The unit the planner counts bytes in: the common divisor of every byte count, or, when the blocks would
     need more than `most` units, their total / most. Bytes are rounded up to it (never optimistic)."""
     ways = [o for b in profile.blocks for o in b.ways().values()]
-    values = [v for o in ways for v in (o.kept, o.held)] + [b.inp for b in profile.blocks]
+    values = [v for o in ways for v in (o.kept, o.held)] + [v for b in profile.blocks for v in (b.inp, b.beside)]
     unit = max(1, math.gcd(*values))
-    total = sum(b.act + b.inp for b in profile.blocks)
+    total = sum(b.act + b.inp + b.beside for b in profile.blocks)
     return unit if total // unit <= most else -(-total // most)
 
 
@@ -29,11 +29,12 @@ def plan_blocks(profile: Profile, budget: int, most: int = 4096) -> list[Step] |
         return None
     unit = _units(profile, most)
     up = lambda v: -(-v // unit)  # noqa: E731
-    top = (budget - profile.base) // unit  # the room for activations, in units, rounded down
-    # above this much room no constraint binds (everything kept, plus the largest rebuild): cap the table
-    top = min(top, sum(max(up(b.inp), *(up(w.held) for w in b.ways().values())) + up(b.act) for b in blocks))
+    room = budget // unit  # what a backward may need, in units, rounded down
+    top = (budget - profile.base) // unit  # what the blocks may keep
+    top = min(top, sum(max(up(b.inp), *(up(w.kept) for w in b.ways().values())) for b in blocks))  # no plan keeps more
     names = sorted({name for b in blocks for name in b.ways()})
     rebuilt = np.concatenate([[0], np.cumsum([up(b.act) for b in blocks])])  # rebuilt[j] - rebuilt[i]: [i, j)
+    beside = np.array([up(b.beside) for b in blocks])
     fwd = np.concatenate([[0.0], np.cumsum([b.fwd for b in blocks])])
     best = np.full((n + 1, top + 1), np.inf)  # best[i, m]: least seconds of blocks [0, i) keeping m units
     start = np.full((n + 1, top + 1), -1)  # how (i, m) was reached: the last step's first block
@@ -44,23 +45,27 @@ def plan_blocks(profile: Profile, budget: int, most: int = 4096) -> list[Step] |
         if reached.size == 0:
             continue
         here = best[i, : reached[-1] + 1]  # nothing beyond the most a plan of blocks [0, i) keeps
-        for k, name in enumerate(names):  # one block, one way: its backward needs m + held <= top
+        for k, name in enumerate(names):  # one block, one way: its backward needs m + held + beside <= room
             way = block.ways().get(name)
-            if way is None or up(way.held) > top:
+            if way is None:
                 continue
-            kept, w = up(way.kept), min(top + 1 - up(way.held), here.size)
+            kept = up(way.kept)
+            w = min(top + 1 - kept, room + 1 - up(way.held) - int(beside[i]), here.size)
+            if w <= 0:
+                continue
             new, old = here[:w] + way.seconds, best[i + 1, kept:kept + w]
             better = new < old
             old[better] = new[better]
             start[i + 1, kept:kept + w][better], how[i + 1, kept:kept + w][better] = i, k
-        # blocks [i, j) recomputed as one segment: keeps block i's input; its backward rebuilds them all
-        need = rebuilt[i + 1:] - rebuilt[i]  # for j = i+1 .. n, growing with j
-        rows = int(np.searchsorted(need, top, side="right"))  # the segments that fit at all
+        # blocks [i, j) recomputed as one segment: keeps block i's input; its backward rebuilds them all, then
+        # runs from the last: at block k, act[i..k] and beside[k] are alive
+        need = np.maximum.accumulate(rebuilt[i + 1:] - rebuilt[i] + beside[i:])  # for j = i+1 .. n, growing
+        rows = int(np.searchsorted(need, room, side="right"))  # the segments that fit at all
         kept = up(block.inp)
-        w = min(top + 1 - kept, here.size, top + 1 - int(need[0]))
+        w = min(top + 1 - kept, here.size, room + 1 - int(need[0]))
         if rows == 0 or w <= 0:
             continue
-        fits = np.arange(w)[None, :] <= (top - need[:rows])[:, None]
+        fits = np.arange(w)[None, :] <= (room - need[:rows])[:, None]
         new = np.where(fits, here[None, :w] + (fwd[i + 1:i + 1 + rows] - fwd[i])[:, None], np.inf)
         old = best[i + 1:i + 1 + rows, kept:kept + w]
         better = new < old
@@ -80,10 +85,12 @@ def plan_blocks(profile: Profile, budget: int, most: int = 4096) -> list[Step] |
 
 # Given, section "Exercise 7.1: the planner"  (solutions/07_capstone.ipynb, cell c011)
 def least_budget(profile: Profile, most: int = 4096) -> int:
-    """The smallest budget plan_blocks finds a plan for, by bisection: fitting is monotone in the budget (the
-    unit is fixed per profile), and keeping every block fits once the budget holds all it keeps."""
-    low = max(profile.floor, profile.base)
-    high = max(low, profile.base + _units(profile, most) * sum(-(-b.act // _units(profile, most)) for b in profile.blocks))
+    """The smallest budget plan_blocks finds a plan for: doubling until one fits (keeping every block does, once
+    the budget holds all it keeps), then bisection (fitting is monotone in the budget: the unit is fixed per
+    profile)."""
+    low = high = max(profile.floor, profile.base, 1)
+    while plan_blocks(profile, high, most) is None:
+        low, high = high + 1, 2 * high
     while low < high:
         mid = (low + high) // 2
         low, high = (low, mid) if plan_blocks(profile, mid, most) is not None else (mid + 1, high)

@@ -6,8 +6,9 @@ PLAN_SPEC = ("plan_blocks(profile, budget) returns a list of labkit.planning.Ste
              "or None when no plan's peak_of fits the budget")
 PLAN_NONE = ("return None when nothing fits: below profile.floor or profile.base, or when even the leanest plan's "
              "peak_of is over the budget")
-PLAN_FITS = ("the plan you return must fit: peak_of(plan, profile) <= budget. A step's backward holds its `held` "
-             "bytes (a segment: every block's act) beside what the steps before it keep, and base comes on top")
+PLAN_FITS = ("the plan you return must fit: peak_of(plan, profile) <= budget. Everything kept plus base fits; and a "
+             "step's backward needs, beside what the steps before it keep, its `held` bytes plus the block's "
+             "`beside` (a segment: the most of act[i] + ... + act[k] + beside[k] over its blocks k)")
 PLAN_OPTIMAL = ("the plan fits but is slower than the best one: from every reachable (i, m) try each way of block "
                 "i and every segment [i, j), keeping the least seconds for each number of kept units")
 PLAN_COVER = ("the steps must cover the blocks in order, Step(0, ..) first, each starting where the last stopped; "
