@@ -16,6 +16,7 @@ from labkit.planning import (
     KEEP, OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step, applied, check_plan, describe,
     largest_batch, measure_step, peak_of, profile_model, scheme_plan, seconds_of, step_ratio,
 )
+from labkit.planning import _moments
 from labkit.reference.capstone import least_budget, plan_blocks, plan_for
 
 
@@ -215,16 +216,57 @@ def capstone():
     return lab07.capstone(lk.sizes(), repeats=1)
 
 
-def test_every_scheme_and_the_plan_are_predicted_within_a_quarter_of_the_meter(capstone):
+def test_every_scheme_and_the_plan_are_predicted_to_a_kibibyte_of_the_meter(capstone):
+    # the bar is a quarter; the model is exact up to the meter's few bytes of bookkeeping tensors
     c, n = capstone, len(capstone.profile.blocks)
     budget = lab07.budget_between(c.profile, n)
     plans = {"planner": plan_for(c.profile, budget), **{s: scheme_plan(s, n) for s in lk.planning.SCHEMES}}
     for name, plan in plans.items():
         model = copy.deepcopy(c.model)
         measured = measure_step(model, torch.optim.Adam(model.parameters()), c.tokens, c.loss, plan)
-        assert abs(peak_of(plan, c.profile) - measured) <= 0.25 * measured, name
+        assert abs(peak_of(plan, c.profile) - measured) <= 1024, (name, peak_of(plan, c.profile), measured)
         if name == "planner":
             assert measured <= budget
+
+
+def test_beside_grows_towards_block_0_by_each_blocks_gradients(capstone):
+    # a block's backward makes its parameters' gradients, which stay until the optimizer step
+    beside = [b.beside for b in capstone.profile.blocks]
+    grads = [lk.parameter_bytes(b) for b in capstone.model.blocks]
+    assert [beside[i] - beside[i + 1] for i in range(len(beside) - 1)] == grads[:-1]
+
+
+class Stack(nn.Module):
+    """Blocks on data: the first block's input needs no gradient (its backward runs until backward ends)."""
+
+    def __init__(self, width: int = 64, n: int = 3) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+                                    for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+@pytest.mark.parametrize("tell_apart", [True, False])
+def test_a_stack_on_data_is_predicted_to_a_kibibyte_or_never_below_the_meter(tell_apart, monkeypatch):
+    from labkit import planning
+
+    model, x = Stack(), torch.randn(32, 64)
+    if not tell_apart:  # the backwards' windows not found: every block beside the step's whole peak
+        monkeypatch.setattr(planning, "_moments", lambda *a: (None, *_moments(*a)[1:]))
+    profile = profile_model(model, x, lambda out: out.square().mean(), repeats=1)
+    assert tell_apart or len({b.beside for b in profile.blocks}) == 1
+    for name in ("none", "full", "sqrt_n"):
+        plan = scheme_plan(name, 3)
+        m = copy.deepcopy(model)
+        measured = measure_step(m, torch.optim.Adam(m.parameters()), x, lambda out: out.square().mean(), plan)
+        if tell_apart:
+            assert abs(peak_of(plan, profile) - measured) <= 1024, (name, peak_of(plan, profile), measured)
+        else:
+            assert peak_of(plan, profile) >= measured, name
 
 
 def test_a_plan_trains_the_same_model_bit_for_bit(capstone):
