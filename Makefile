@@ -3,6 +3,9 @@ include tools/kit.mk
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 SITE ?= site
+# The unit tests, then the browser tests (their own step, timed on its own), on two pytest-xdist workers, one
+# test file each, one thread each (two workers on two cores: torch's own threads would only contend)
+TWO_WORKERS := LABKIT_PROFILE=tiny OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 .PHONY: test student solutions site lock
 
@@ -10,7 +13,8 @@ test: $(STAMP)
 	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the labkit grade tests that need its sandbox are skipped"
 	@command -v chromium >/dev/null || echo "labkit: chromium is not installed: the browser tests (every notebook in JupyterLab in Chromium) are skipped; apt-get install chromium runs them"
 	$(PY) -m labkit student --check
-	LABKIT_PROFILE=tiny $(PY) -m pytest -q -n 2 --dist loadfile tests
+	$(TWO_WORKERS) -m "not browser" tests
+	$(TWO_WORKERS) -m browser tests
 	LABKIT_PROFILE=cpu $(PY) -m pytest -q $(NBVAL) solutions
 
 # Re-execute the solutions in place (outputs are committed), then regenerate notebooks/.
