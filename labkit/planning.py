@@ -357,8 +357,8 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
             t = _extra_seconds(block, h, wrap, repeats) if given is None else given.options[SELECTIVE].seconds
             options[SELECTIVE] = Option(kept, a + _extra_held(block, h, wrap), t)
         if per_byte is not None:  # its input may stay on the device: a selective block before it keeps its output
-            staged = _extra_held(block, h, _offloaded)
-            options[OFFLOAD] = Option(_nbytes(h), a + staged, a * per_byte if given is None else given.options[OFFLOAD].seconds)
+            t = a * per_byte if given is None else given.options[OFFLOAD].seconds
+            options[OFFLOAD] = Option(_nbytes(h), a + _extra_held(block, h, _offloaded), t)
         fwd = _forward_seconds(block, h, repeats) if given is None else given.fwd
         costs.append(BlockCosts(a, _nbytes(h), fwd, options))
     # beside each block's backward, and beside everything kept at the top: the measured peaks less the blocks'
@@ -415,17 +415,17 @@ def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
     return windows, max(rest, default=0), optimizer
 
 
-
 # ---------------------------------------------------------------- running a plan
 _POLICIES: dict[tuple[Any, ...], frozenset[str]] = {}  # (a kind of block, its input) -> lab 04's selective keep
 
 
 def _selective_keep(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any] | None = None) -> frozenset[str]:
     """Lab 04's selective policy (every op output outside core attention kept) for `block` on input `x`, from a
-    trace of forward(x) (default the block's own; inside `applied`, the one it replaced): op keys count calls, and which ops run can depend on the shapes, so the trace takes x's shape;
-    once per kind of block (class, parameters, mode) and input, so that entering `applied` stays cheap. A
-    policy that would keep a random op before a recomputed one is refused: PyTorch's selective checkpoint
-    would then compute wrong gradients without an error (lab 04)."""
+    trace of forward(x) (default the block's own; inside `applied`, the one it replaced): op keys count calls,
+    and which ops run can depend on the shapes, so the trace takes x's shape; once per kind of block (class,
+    parameters, mode) and input, so that entering `applied` stays cheap. A policy that would keep a random op
+    before a recomputed one is refused: PyTorch's selective checkpoint would then compute wrong gradients
+    without an error (lab 04)."""
     from labkit.labs.selective import random_ok, selective_keep  # lab 04
 
     key = (type(block), block.training, tuple(x.shape), x.dtype, x.device,

@@ -4,7 +4,8 @@
 profile (labkit.planning). ``rows`` runs each plan for real: the meter's peak of a steady training step
 against the predicted one, and the step time over the plain step's (medians of alternating runs) against the
 predicted ratio. ``batch_rows`` finds, by bisection with the meter, the largest batch whose step fits a
-budget under each scheme, the planner re-planning at every batch it tries (``batch_rows``). ``plan`` is `labkit bench plan`.
+budget under each scheme, the planner re-planning at every batch it tries from the bytes ``at_batch`` draws
+through two measured batches. ``plan`` is `labkit bench plan`.
 """
 from __future__ import annotations
 
@@ -20,15 +21,15 @@ from torch import nn
 
 from labkit.models import GPT, GPTConfig, gpt_tokens, next_token_loss
 from labkit.planning import (
-    SCHEMES, BlockCosts, Option, Profile, Step, applied, describe, largest_batch, measure_step, peak_of, profile_model, scheme_plan,
-    step_ratio,
+    SCHEMES, BlockCosts, Option, Profile, Step, applied, describe, largest_batch, measure_step, peak_of,
+    profile_model, scheme_plan, step_ratio,
 )
 from labkit.meter import MemoryMeter
 from labkit.profile import Sizes, sizes
 from labkit.tensors import cuda_devices
 from labkit.timing import benchmark, compare
 
-__all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", "at_batch", "batch_rows",
+__all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", "MEASURED", "at_batch", "batch_rows",
            "random_profile", "planning_seconds", "train_losses", "plan"]
 
 
@@ -221,20 +222,21 @@ def random_profile(n: int, seed: int = 0) -> Profile:
     gen = torch.Generator().manual_seed(seed)
     draw = lambda lo, hi: int(torch.randint(lo, hi + 1, (), generator=gen))  # noqa: E731
     blocks = []
-    for _ in range(n):
+    for i in range(n):
         inp = draw(1, 6) * 2**16
         act = inp + draw(0, 20) * 2**16
         blocks.append(BlockCosts(act, inp, draw(1, 8) / 4e3, {
             "selective": Option(inp + draw(0, (act - inp) // 2**16) * 2**16, act, draw(0, 4) / 4e3),
-            "offload": Option(0, act, draw(1, 16) / 4e3)}))
+            "offload": Option(0, act, draw(1, 16) / 4e3)},
+            beside=2**20 + (n - i) * 2**16))  # the gradients made so far grow towards block 0
     return Profile(tuple(blocks), 2**20, 0, 1.0)
 
 
 def planning_seconds(planner: Callable[[Profile, int], Any], n: int = 200, repeats: int = 3) -> float:
     """Median seconds the planner takes on random_profile(n) at a budget of a third of what keeping every block
-    needs."""
+    keeps, beside the most any block's backward has beside it."""
     profile = random_profile(n)
-    budget = profile.base + sum(b.act for b in profile.blocks) // 3
+    budget = max(b.beside for b in profile.blocks) + sum(b.act for b in profile.blocks) // 3
     return benchmark(lambda: planner(profile, budget), warmup=1, repeats=repeats).median
 
 
