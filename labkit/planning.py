@@ -21,7 +21,8 @@ way lab 03's did, per block, with the two moments a step's peak can fall at:
   parameters, the optimizer's state, the gradients made so far, its own and every later block's included, the
   gradient flowing back).
 
-Nothing falls below ``floor``, the optimizer step's peak, which no plan changes.
+Nothing falls below ``floor``, the peak of the moments no plan changes: the optimizer step, and what comes before
+the blocks (an embedding, say) running its forward or, after theirs, its backward.
 
 ``profile_model`` measures a profile (labkit's meter, ledger and stopwatch, lab 04's op trace); ``applied`` runs
 a plan for real; ``largest_batch`` finds by bisection, measuring, the largest batch whose step fits a budget.
@@ -114,7 +115,7 @@ class Profile:
 
     blocks: tuple[BlockCosts, ...]
     base: int  # bytes beside what the blocks keep at the step's top, between their forward and their backward
-    floor: int  # the optimizer step's peak: no plan goes below it
+    floor: int  # the peak of the moments no plan changes (the optimizer step's, say): no plan goes below it
     step: float  # seconds of the plain step
 
     def __post_init__(self) -> None:
@@ -304,9 +305,10 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
     backward of the block take longer under that checkpoint than plainly (alternating runs: the recomputation
     and the policy's bookkeeping). offload (CUDA only): keeps its input's bytes on the device (a selective block
     before it keeps its output there), holds act and what it stages, costs a round trip of act at the measured
-    device-host speed. beside, base and floor: the meter's timeline of a steady step, its peak while each
-    block's backward runs less the blocks' activations alive then, its peak at every other moment of forward
-    and backward less all of them, its optimizer step's peak; step: that step's median seconds. seconds_from:
+    device-host speed. beside, base and floor: the meter's timeline of a steady step (``_moments``), its peak
+    while each block's backward runs less the blocks' activations alive then; its peak from the blocks' forward
+    to their backward less all of them; its peak where no plan changes anything (the optimizer step, what comes
+    before the blocks); step: that step's median seconds. seconds_from:
     take every time from that profile (of the same model at another batch) instead of measuring: bytes only,
     much faster.
     """
@@ -328,7 +330,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     opt = torch.optim.Adam(model.parameters())
     step = _train_step(model, opt, x, loss_fn)
     step()  # gradients and Adam's state exist from here on
-    windows, outside, optimizer = _moments(model, opt, x, step)
+    windows, top, fixed = _moments(model, opt, x, step)
     if seconds_from is None:
         t_step = benchmark(step, warmup=0, repeats=repeats).median
     else:
@@ -363,26 +365,27 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
         costs.append(BlockCosts(a, _nbytes(h), fwd, options))
     # beside each block's backward, and beside everything kept at the top: the measured peaks less the blocks'
     # activations alive then (plainly, block i's backward runs while blocks 0..i keep theirs)
-    base = max(0, outside - sum(act))
-    if windows is None:  # the backwards not told apart: each one beside the step's whole peak (lab 03's model)
-        beside = [base] * len(act)
-    else:
-        beside = [max(0, w - sum(act[:i + 1])) for i, w in enumerate(windows)]
+    beside = [max(0, w - sum(act[:i + 1])) for i, w in enumerate(windows)]
     costs = [dataclasses.replace(c, beside=b) for c, b in zip(costs, beside)]
-    return Profile(tuple(costs), base, optimizer, t_step)
+    return Profile(tuple(costs), max(0, top - sum(act)), fixed, t_step)
 
 
 def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
-             step: Callable[[], None]) -> tuple[list[int] | None, int, int]:
-    """The meter's peaks of one steady step: while each block's backward runs (None where the blocks' gradients
-    cannot be told apart), at every other moment of forward and backward, and in the optimizer step. Block i's
-    backward runs from the gradient of its output to the gradient of its input: tensor hooks mark both on the
-    meter's timeline (block 0's input may need none: then it runs until backward ends)."""
+             step: Callable[[], None]) -> tuple[list[int], int, int]:
+    """The meter's peaks of one steady step: while each block's backward runs (a ValueError where they cannot be
+    told apart: counting them as one would under-count), at the step's top (the blocks' forward, what follows them, and its backward), and at
+    the moments no plan changes (the optimizer step; before the blocks' forward; after their backward, when what
+    comes before them runs its backward).
+
+    Block i's backward runs from the gradient of its output to the gradient of its input: tensor hooks mark both
+    on the meter's timeline (block 0's input may need none: then it runs until backward ends), and a forward
+    pre-hook marks where block 0's forward starts. Whatever runs between two blocks' backwards (a module between
+    them) counts with the block before it, as if that block held all its activations then (never optimistic)."""
     blocks = [m for _, m in blocks_of(model)]
     marks: dict[tuple[str, int], int] = {}
 
-    def mark(key: tuple[str, int]) -> Callable[[torch.Tensor], None]:
-        def hook(grad: torch.Tensor) -> None:
+    def mark(key: tuple[str, int]) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
             marks.setdefault(key, len(meter.timeline))
         return hook
 
@@ -394,25 +397,28 @@ def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
         return hook
 
     with contextlib.ExitStack() as stack:
+        stack.callback(blocks[0].register_forward_pre_hook(mark(("forward", 0))).remove)
         for i, b in enumerate(blocks):
             stack.callback(b.register_forward_hook(on_forward(i)).remove)
         with MemoryMeter(model, opt, x, device=x.device, history=True) as meter:
             step()
     timeline = meter.timeline
-    optimizer = meter.phase_peaks.get("optimizer", 0)
     in_step = [e for e in timeline if e.phase != "optimizer"]
-    ends = [e.index for e in in_step]
-    n = len(blocks)
+    n, end = len(blocks), (in_step[-1].index + 1 if in_step else 0)
     starts = [marks.get(("out", i)) for i in range(n)]
     stops = [marks.get(("in", i)) for i in range(n)]
-    if stops[0] is None and ends:
-        stops[0] = ends[-1] + 1
-    if any(v is None for v in starts + stops) or any(a > b for a, b in zip(starts, stops)) or \
-            any(starts[i] < stops[i + 1] for i in range(n - 1)):
-        return None, max((e.live_bytes for e in in_step), default=0), optimizer
-    windows = [max((e.live_bytes for e in timeline[a:b]), default=0) for a, b in zip(starts, stops)]
-    rest = [e.live_bytes for e in in_step if e.index < starts[-1] or e.index >= stops[0]]
-    return windows, max(rest, default=0), optimizer
+    if stops[0] is None:
+        stops[0] = end
+    first = marks.get(("forward", 0), 0)
+    peak = lambda a, b: max((e.live_bytes for e in in_step if a <= e.index < b), default=0)  # noqa: E731
+    fixed = max(meter.phase_peaks.get("optimizer", 0), peak(0, first), peak(stops[0], end))
+    missing = [i for i in range(n) if starts[i] is None or stops[i] is None]
+    if missing or any(a > b for a, b in zip(starts, stops)) or any(starts[i] < stops[i + 1] for i in range(n - 1)):
+        what = f"no gradient reached block {missing[0]}'s output" if missing else "the blocks' backwards overlap"
+        raise ValueError(f"profile_model: cannot tell the blocks' backwards apart ({what}); a plan needs blocks that "
+                         "each take one tensor and return one, each called once per step, in order")
+    windows = [peak(stops[i + 1] if i + 1 < n else starts[i], stops[i]) for i in range(n)]
+    return windows, peak(first, starts[-1]), fixed
 
 
 # ---------------------------------------------------------------- running a plan
