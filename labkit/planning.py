@@ -373,9 +373,9 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
 def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
              step: Callable[[], None]) -> tuple[list[int], int, int]:
     """The meter's peaks of one steady step: while each block's backward runs (a ValueError where they cannot be
-    told apart: counting them as one would under-count), at the step's top (the blocks' forward, what follows them, and its backward), and at
-    the moments no plan changes (the optimizer step; before the blocks' forward; after their backward, when what
-    comes before them runs its backward).
+    told apart: counting them as one would under-count), at the step's top (the blocks' forward, what follows
+    them, and its backward), and at the moments no plan changes (the optimizer step; before the blocks' forward;
+    after their backward, when what comes before them runs its backward).
 
     Block i's backward runs from the gradient of its output to the gradient of its input: tensor hooks mark both
     on the meter's timeline (block 0's input may need none: then it runs until backward ends), and a forward

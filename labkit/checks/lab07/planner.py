@@ -85,7 +85,8 @@ def cases() -> list[tuple[Profile, int]]:
         (Profile((BlockCosts(3, 1, 1.0), BlockCosts(3, 1, 1.0, beside=5), BlockCosts(3, 1, 1.0)), 8, 0, 1.0), 9),
         # the same where the segment's needs do not grow with its end (1 + 1 + 5 at block 1, then 3 and 4): a running
         # maximum keeps them growing, as a search over segment ends needs; nothing fits 6
-        (Profile((BlockCosts(1, 1, 1.0), BlockCosts(1, 1, 1.0, beside=5)) + (BlockCosts(1, 1, 1.0),) * 2, 0, 0, 1.0), 6),
+        (Profile((BlockCosts(1, 1, 1.0), BlockCosts(1, 1, 1.0, beside=5), *(BlockCosts(1, 1, 1.0),) * 2), 0, 0, 1.0),
+         6),
         # the floor decides: every plan's activations fit, but the optimizer's peak does not
         (Profile((BlockCosts(4, 1, 1.0),), 0, 20, 1.0), 19),
         # held, not kept: selective keeps little but holds everything while its backward runs
