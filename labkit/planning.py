@@ -403,14 +403,14 @@ def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
         with MemoryMeter(model, opt, x, device=x.device, history=True) as meter:
             step()
     timeline = meter.timeline
-    in_step = [e for e in timeline if e.phase != "optimizer"]
-    n, end = len(blocks), (in_step[-1].index + 1 if in_step else 0)
+    end = next((e.index + 1 for e in reversed(timeline) if e.phase != "optimizer"), 0)  # forward and backward
+    n = len(blocks)
     starts = [marks.get(("out", i)) for i in range(n)]
     stops = [marks.get(("in", i)) for i in range(n)]
     if stops[0] is None:
         stops[0] = end
     first = marks.get(("forward", 0), 0)
-    peak = lambda a, b: max((e.live_bytes for e in in_step if a <= e.index < b), default=0)  # noqa: E731
+    peak = lambda a, b: max((e.live_bytes for e in timeline[a:b] if e.phase != "optimizer"), default=0)  # noqa: E731
     fixed = max(meter.phase_peaks.get("optimizer", 0), peak(0, first), peak(stops[0], end))
     missing = [i for i in range(n) if starts[i] is None or stops[i] is None]
     if missing or any(a > b for a, b in zip(starts, stops)) or any(starts[i] < stops[i + 1] for i in range(n - 1)):

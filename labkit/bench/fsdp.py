@@ -40,6 +40,7 @@ Notes (the code says "See Note N" where one applies):
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
@@ -172,17 +173,29 @@ def _train(combination: str, cfg: GPTConfig, x: torch.Tensor, ranks: int, steps:
     """Train one combination for `steps` steps on this rank; its losses and the figures of the measured step."""
     model = build(combination, cfg, x.device)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    losses, figures = [], {}
+    losses, metered = _train_steps(model, opt, x, ranks, steps)
+    if metered is None:
+        return {"losses": losses}
+    meter, activations, _ = metered
+    return {"losses": losses, "peak_bytes": meter.peak, "peak_phase": meter.peak_phase,
+            "activation_bytes": activations, "state_bytes": _nbytes(_state(model, opt))}
+
+
+def _train_steps(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, ranks: int, steps: int,
+                 watch: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+                 ) -> tuple[list[float], tuple[MemoryMeter, int, Any] | None]:
+    """`steps` training steps on this rank: their losses, and of the measured one (step _METERED_STEP, under the
+    meter and inside watch()) the meter, its activation bytes and what watch() gave (None: no step measured)."""
+    losses, metered = [], None
     for step in range(steps):
         if step != _METERED_STEP:
             losses.append(_train_step(model, opt, x, ranks)[0])
             continue
-        with MemoryMeter(model, opt, x) as meter:
+        with watch() as watched, MemoryMeter(model, opt, x) as meter:
             loss, activations = _train_step(model, opt, x, ranks, meter)
         losses.append(loss)
-        figures = {"peak_bytes": meter.peak, "peak_phase": meter.peak_phase, "activation_bytes": activations,
-                   "state_bytes": _nbytes(_state(model, opt))}
-    return {"losses": losses, **figures}
+        metered = (meter, activations, watched)
+    return losses, metered
 
 
 def _bench_rank(rank: int, ranks: int, cfg: GPTConfig, steps: int, fault: Fault | None) -> dict[str, Any]:
@@ -319,15 +332,12 @@ def _order_run(order: str, how: str, cfg: GPTConfig, x: torch.Tensor, ranks: int
         calls: Counter[str] = Counter()
         model = _ordered(order, how, cfg, x.device, calls)
         opt = torch.optim.Adam(model.parameters(), lr=LR)
-        losses, figures = [], {}
-        for step in range(steps):
-            if step != _METERED_STEP:
-                losses.append(_train_step(model, opt, x, ranks)[0])
-                continue
+
+        def watch() -> _CollectiveCounter:  # the measured step's calls and collectives only
             calls.clear()
-            with _CollectiveCounter() as counter, MemoryMeter(model, opt, x) as meter:
-                losses.append(_train_step(model, opt, x, ranks, meter)[0])
-            figures = {"peak_bytes": meter.peak, **calls, **counter.counts}
+            return _CollectiveCounter()
+        losses, metered = _train_steps(model, opt, x, ranks, steps, watch)
+        figures = {} if metered is None else {"peak_bytes": metered[0].peak, **calls, **metered[2].counts}
     except Exception as e:  # noqa: BLE001 - what happened is the result
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     return {"error": None, "losses": losses, "grads": [p.grad.to_local().clone() if _is_dtensor(p.grad)
