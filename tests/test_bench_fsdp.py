@@ -109,6 +109,7 @@ def test_the_wrong_order_raises_nothing_and_matches_the_right_one_bit_for_bit(no
             assert abs(right - wrong) <= block_bytes(size)
     calls = found["wrapper"]["per_rank_fsdp_calls"]  # a wrapper around a sharded block reruns FSDP's hooks
     assert calls["wrong"] == [2 * c for c in calls["right"]]
+    assert calls["right"] == [size.gpt_layers] * len(calls["right"])  # one per sharded block, in the measured step only
     assert found["forward"]["per_rank_fsdp_calls"]["wrong"] == found["forward"]["per_rank_fsdp_calls"]["right"]
 
 

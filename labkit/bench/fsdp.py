@@ -45,7 +45,7 @@ import functools
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -333,11 +333,15 @@ def _order_run(order: str, how: str, cfg: GPTConfig, x: torch.Tensor, ranks: int
         model = _ordered(order, how, cfg, x.device, calls)
         opt = torch.optim.Adam(model.parameters(), lr=LR)
 
-        def watch() -> _CollectiveCounter:  # the measured step's calls and collectives only
+        @contextlib.contextmanager
+        def watch() -> Iterator[dict[str, int]]:  # the measured step's calls and collectives, as it ends
+            seen: dict[str, int] = {}
             calls.clear()
-            return _CollectiveCounter()
+            with _CollectiveCounter() as counter:
+                yield seen
+            seen.update({**calls, **counter.counts})
         losses, metered = _train_steps(model, opt, x, ranks, steps, watch)
-        figures = {} if metered is None else {"peak_bytes": metered[0].peak, **calls, **metered[2].counts}
+        figures = {} if metered is None else {"peak_bytes": metered[0].peak, **metered[2]}
     except Exception as e:  # noqa: BLE001 - what happened is the result
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     return {"error": None, "losses": losses, "grads": [p.grad.to_local().clone() if _is_dtensor(p.grad)
