@@ -11,15 +11,19 @@ except ImportError as e:  # pragma: no cover - exercised by hand on a machine wi
         "then check with `python -m labkit doctor`."
     ) from e
 
-from labkit import advice, bench, checks, harness, ops, planning, plots, roofline, stubs, widgets
-from labkit.doctor import doctor
-from labkit.memory import Ledger, MemoryMeter, measure_peak, saved_tensors
+from labkit import bench, checks, plots, widgets
+from labkit.checks import stubs
+from labkit.instruments import harness, ops, roofline
+from labkit.planners import advice
+from labkit.plans import blocks as planning
+from labkit.env.doctor import doctor
+from labkit.instruments import Ledger, MemoryMeter, measure_peak, saved_tensors
 from labkit.models import (
     GPT, ConvNet, GPTConfig, GPTStack, GPTBlock, MLPChain, MLPConfig, gpt_input, gpt_tokens, korthikanti_bytes,
     korthikanti_terms, layer_chain, mlp_input, next_token_loss, parameter_bytes,
 )
-from labkit.profile import PROFILES, Sizes, profile, sizes
-from labkit.timing import benchmark, compare
+from labkit.env.profile import PROFILES, Sizes, profile, sizes
+from labkit.instruments.timing import benchmark, compare
 
 stubs.install()  # in a notebook, a stub's NotImplementedError shows as one line naming its exercise
 

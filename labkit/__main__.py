@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _student(args: argparse.Namespace) -> int:
-    from labkit import student
+    from labkit.course import student
 
     try:
         if args.check:
@@ -32,7 +32,7 @@ def _student(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
-    from labkit.notebook import execute
+    from labkit.course.notebook import execute
 
     for path in args.notebooks:
         seconds = execute(Path(path))
@@ -41,7 +41,7 @@ def _execute(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from labkit.doctor import main
+    from labkit.env.doctor import main
 
     return main()
 
@@ -50,8 +50,8 @@ def _sizes(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from labkit import sizing
-    from labkit.profile import gpu_choice, profile, sizes
+    from labkit.env import sizing
+    from labkit.env.profile import gpu_choice, profile, sizes
 
     try:
         name = args.profile or profile()
@@ -78,7 +78,7 @@ def _sizes(args: argparse.Namespace) -> int:
 
 
 def _site(args: argparse.Namespace) -> int:
-    from labkit import site
+    from labkit.course import site
 
     pages = site.build(ROOT / "solutions", Path(args.out))
     print(f"wrote {len(pages)} pages to {args.out}: open {Path(args.out) / 'index.html'}")
@@ -92,13 +92,13 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _gpu_check(args: argparse.Namespace) -> int:
-    from labkit.gpucheck import main
+    from labkit.course.gpucheck import main
 
     return main(args.memory, args.labs_seconds)
 
 
 def _release(args: argparse.Namespace) -> int:
-    from labkit import release
+    from labkit.course import release
 
     try:
         chosen = release.parse_labs(args.labs, release.labs(ROOT))
@@ -113,8 +113,8 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from labkit import grade, release
-    from labkit.grade import report
+    from labkit.course import grade, release
+    from labkit.course.grade import report
 
     try:
         labs = release.parse_labs(args.labs, release.labs(ROOT), in_order=False)

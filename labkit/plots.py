@@ -9,8 +9,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
 
-from labkit.ledger import Ledger
-from labkit.meter import MemoryMeter
+from labkit.instruments.ledger import Ledger
+from labkit.instruments.meter import MemoryMeter
 
 PHASE_COLOURS = {"forward": "#4c72b0", "backward": "#dd8452", "recompute": "#55a868", "optimizer": "#8172b3"}
 MiB = 2 ** 20
@@ -252,14 +252,14 @@ def segments_figure(n_layers: int, segments: int, model: Callable[..., int], inp
 def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "one block on the roofline") -> Figure:
     """Each op that moves data at its measured FLOP/s against FLOPs per byte, under the measured roofs.
 
-    `ceilings` from labkit.roofline.measure_ceilings, `records` from labkit.ops.trace (timed); `specs` are
-    labkit.roofline.GPUSpec whose spec-sheet roofs are drawn dashed (predictions, not measurements).
+    `ceilings` from labkit.instruments.roofline.measure_ceilings, `records` from labkit.instruments.ops.trace (timed); `specs` are
+    labkit.instruments.roofline.GPUSpec whose spec-sheet roofs are drawn dashed (predictions, not measurements).
     """
-    from labkit import roofline as rl  # imported here: the module has this function's name
+    from labkit.instruments import roofline as rl  # imported here: the module has this function's name
 
     ops = [r for r in records if rl.moves_data(r)]
     if not ops:
-        raise ValueError("roofline: no op that moves data among the records; pass labkit.ops.trace(...)'s output")
+        raise ValueError("roofline: no op that moves data among the records; pass labkit.instruments.ops.trace(...)'s output")
     xs = [rl.intensity(r) for r in ops]
     ys = [rl.achieved(r) for r in ops]
     ridges = [ceilings.ridge] + [s.peak_flops / s.peak_bandwidth for s in specs]

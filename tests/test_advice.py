@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 import labkit as lk
-from labkit.advice import SCHEMES, SchemeCost, Situation, advise, check_budget, recommend, scheme, situation
+from labkit.planners.advice import SCHEMES, SchemeCost, Situation, advise, check_budget, recommend, scheme, situation
 from labkit.bench.lab06 import costs
-from labkit.harness import compare_step
+from labkit.instruments.harness import compare_step
 
 MiB = 2**20
 

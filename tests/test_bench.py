@@ -6,7 +6,8 @@ import torch
 from matplotlib.figure import Figure
 
 import labkit as lk
-from labkit import bench, gpucheck, plots
+from labkit import bench, plots
+from labkit.course import gpucheck
 
 
 def test_meter_bench_reports_one_ratio_per_repeat():

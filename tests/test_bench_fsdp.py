@@ -13,8 +13,8 @@ import torch.distributed as dist
 
 import labkit as lk
 from labkit.bench.fsdp import COMBINATIONS, RANKS, RTOL, build, fsdp, fsdp_config, micro_batch, shard, wrong_order
-from labkit.meter import MemoryMeter
-from labkit.ranks import Fault, RankError, launch
+from labkit.instruments.meter import MemoryMeter
+from labkit.env.ranks import Fault, RankError, launch
 
 psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),

@@ -9,8 +9,8 @@ import torch
 import labkit as lk
 from labkit import bench
 from labkit.bench.lab05 import op_rows, worst_ratio
-from labkit.ops import OpRecord
-from labkit.roofline import Ceilings
+from labkit.instruments.ops import OpRecord
+from labkit.instruments.roofline import Ceilings
 
 
 def test_roofline_on_tiny_reports_every_key_with_its_type():

@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 import labkit as lk
 from labkit import bench
 from labkit.bench.lab06 import SlowLoader, costs, loader_seconds, rng_config, train_losses
-from labkit.harness import per_block, plain
+from labkit.instruments.harness import per_block, plain
 
 
 def test_pitfalls_on_tiny_reports_replay_bitwise_and_its_absence_differs():

@@ -10,7 +10,7 @@ import labkit.reference.roofline as R
 from labkit import checks
 from labkit.checks import CheckFailure, NotAttempted
 from labkit.checks.lab05 import hints as H
-from labkit.roofline import moves_data, random_draws
+from labkit.instruments.roofline import moves_data, random_draws
 
 
 def _fails(check, *args) -> CheckFailure:

@@ -11,7 +11,7 @@ import labkit.reference.pitfalls as R
 from labkit import checks
 from labkit.checks import CheckFailure, NotAttempted
 from labkit.checks.lab06 import hints as H
-from labkit.harness import Difference
+from labkit.instruments.harness import Difference
 
 INF = float("inf")
 

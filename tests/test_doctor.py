@@ -5,8 +5,8 @@ import pytest
 
 import importlib
 
-dr = importlib.import_module("labkit.doctor")  # `labkit.doctor` the attribute is the function
-from labkit.doctor import Check, DoctorReport
+dr = importlib.import_module("labkit.env.doctor")  # `labkit.env.doctor` the attribute is the function
+from labkit.env.doctor import Check, DoctorReport
 
 
 # -- torch -------------------------------------------------------------------------
@@ -36,7 +36,7 @@ def test_profile_ok():
 
 def test_profile_invalid_is_reported_not_raised(monkeypatch):
     monkeypatch.setenv("LABKIT_PROFILE", "huge")
-    c = dr.check_profile()  # the real labkit.profile.profile(), reading the patched variable
+    c = dr.check_profile()  # the real labkit.env.profile.profile(), reading the patched variable
     assert not c.ok
     assert "LABKIT_PROFILE='huge' is not a profile" in c.detail
     assert "unset LABKIT_PROFILE" in c.fix
@@ -289,10 +289,10 @@ def test_invalid_profile_shows_in_the_header(monkeypatch, capsys):
     assert "FAIL profile" in capsys.readouterr().out
 
 
-# -- labkit.profile ------------------------------------------------------------------
+# -- labkit.env.profile ------------------------------------------------------------------
 
 def test_profile_name_is_trimmed_and_case_blind(monkeypatch):
-    from labkit.profile import profile, sizes
+    from labkit.env.profile import profile, sizes
 
     monkeypatch.setenv("LABKIT_PROFILE", " CPU ")
     assert profile() == "cpu" and sizes().name == "cpu"
@@ -301,7 +301,7 @@ def test_profile_name_is_trimmed_and_case_blind(monkeypatch):
 def test_profile_gpu_without_cuda_is_refused(monkeypatch):
     import torch
 
-    from labkit.profile import profile
+    from labkit.env.profile import profile
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("LABKIT_PROFILE", "gpu")

@@ -1,11 +1,11 @@
-"""labkit.gpuinfo: nvidia-smi's output read, and the doctor's shared-GPU warning, with other machines' values."""
+"""labkit.env.gpuinfo: nvidia-smi's output read, and the doctor's shared-GPU warning, with other machines' values."""
 from __future__ import annotations
 
 import importlib
 
-from labkit import gpuinfo
+from labkit.env import gpuinfo
 
-dr = importlib.import_module("labkit.doctor")
+dr = importlib.import_module("labkit.env.doctor")
 GIB = 2**30
 
 

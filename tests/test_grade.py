@@ -16,8 +16,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.grade import guard, report, sandbox
-from labkit.grade.rebuild import VERIFY, Pristine, rebuild, scan
+from labkit.course.grade import guard, report, sandbox
+from labkit.course.grade.rebuild import VERIFY, Pristine, rebuild, scan
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = "02"
@@ -98,7 +98,7 @@ def test_only_answer_cells_come_from_the_submission():
         else:
             assert cell.source == original[cid].source
         assert cell.get("outputs", []) == []
-    assert built.nb.cells[0].source.startswith("import labkit.grade.guard")
+    assert built.nb.cells[0].source.startswith("import labkit.course.grade.guard")
 
 
 def test_deleted_cells_fall_back_to_the_pristine_stub_and_nbval_markers_are_dropped():
@@ -381,7 +381,7 @@ def test_broken_submissions_each_become_their_own_rows(class_grades):
 
 
 def test_student_names_come_from_files_or_their_folders():
-    from labkit.grade import student_name
+    from labkit.course.grade import student_name
 
     stems, taken = {"01_activation_memory", "02_recompute"}, set()
     names = [student_name(Path(p), stems, taken) for p in

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import labkit as lk
-from labkit.harness import Difference, Report, blocks_of, compare_step, difference, per_block, plain, wrap_blocks
+from labkit.instruments.harness import Difference, Report, blocks_of, compare_step, difference, per_block, plain, wrap_blocks
 from labkit.reference.recompute import Recompute, checkpoint as lab02_checkpoint, checkpoint_hooks
 from labkit.reference.pitfalls import batchnorm_once, in_backward
 

@@ -1,4 +1,4 @@
-"""Tests for the saved-tensor ledger and the live-memory meter (labkit.ledger, labkit.meter)."""
+"""Tests for the saved-tensor ledger and the live-memory meter (labkit.instruments.ledger, labkit.instruments.meter)."""
 from __future__ import annotations
 
 import gc
@@ -11,7 +11,7 @@ from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils.checkpoint import checkpoint
 
-from labkit.memory import Ledger, MemoryMeter, measure_peak, saved_tensors
+from labkit.instruments import Ledger, MemoryMeter, measure_peak, saved_tensors
 from labkit.models import GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input, korthikanti_bytes, mlp_input
 
 DTYPES = [torch.float32, torch.bfloat16]

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.distributed._tools.mem_tracker import MemTracker
 
-from labkit.memory import measure_peak, saved_tensors
+from labkit.instruments import measure_peak, saved_tensors
 from labkit.models import GPTBlock, GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input, korthikanti_terms, mlp_input
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float64])

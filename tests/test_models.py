@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.checkpoint import checkpoint_sequential
 
-from labkit.memory import saved_tensors
+from labkit.instruments import saved_tensors
 from labkit.models import (
     ActivationTerm, Dropout, GPTBlock, GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input,
     gpt_param_count, korthikanti_bytes, korthikanti_terms, mlp_input, parameter_bytes,

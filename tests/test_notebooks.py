@@ -164,7 +164,7 @@ def test_wrong_answers_fail_at_checker_cells_only(name, wrong_results):
 
 
 # ---------------------------------------------------------------- quiet diffs (docs/design.md, "Quiet diffs")
-# One solution executed twice: what changes between two executions is the machinery's (labkit.notebook, the
+# One solution executed twice: what changes between two executions is the machinery's (labkit.course.notebook, the
 # doctor's cell), the same for every lab; each lab's own outputs are held to a second execution by nbval in
 # `make test`, which executes every solution again and compares each unmarked cell with the committed output.
 QUIET = [p for p in SOLUTIONS if p.name.startswith("00")]
@@ -195,5 +195,5 @@ def test_executing_twice_changes_only_machine_dependent_cells(solution, tmp_path
 @pytest.mark.parametrize("notebook", SOLUTIONS + STUDENT, ids=[f"{p.parent.name}/{p.name}" for p in SOLUTIONS + STUDENT])
 def test_no_timing_metadata_and_no_addresses(notebook):
     text = notebook.read_text()
-    assert "iopub." not in text and '"execution":' not in text, "timing metadata: execute with labkit.notebook"
+    assert "iopub." not in text and '"execution":' not in text, "timing metadata: execute with labkit.course.notebook"
     assert re.search(r"at 0x[0-9a-f]+", text) is None, "an object's address in an output: assign it (`_ = ...`)"

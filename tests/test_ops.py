@@ -1,4 +1,4 @@
-"""labkit.ops.trace: what it adds to a forward's memory, and which call made the output."""
+"""labkit.instruments.ops.trace: what it adds to a forward's memory, and which call made the output."""
 from __future__ import annotations
 
 import torch

@@ -12,7 +12,7 @@ from torch import nn
 
 import labkit as lk
 from labkit.bench import lab07
-from labkit.planning import (
+from labkit.plans.blocks import (
     KEEP, OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step, applied, check_plan, describe,
     largest_batch, measure_step, peak_of, profile_model, scheme_plan, seconds_of, step_ratio,
 )
@@ -88,8 +88,8 @@ def test_a_huge_budget_keeps_everything_without_a_table_that_size():
 
 def test_the_selective_policy_is_traced_at_the_input_it_runs_on(capstone):
     from labkit.labs.selective import selective_keep
-    from labkit.ops import trace
-    from labkit.planning import _selective_keep
+    from labkit.instruments.ops import trace
+    from labkit.plans.blocks import _selective_keep
 
     block, x = capstone.model.blocks[0], torch.randn(2, 3, capstone.model.cfg.hidden)
     assert _selective_keep(block, x) == selective_keep(trace(block, x.requires_grad_(), model=block, time=False))

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from labkit.memory import saved_tensors
+from labkit.instruments import saved_tensors
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.reference import recompute as ref
 

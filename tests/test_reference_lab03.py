@@ -15,7 +15,7 @@ import labkit as lk
 import labkit.reference.sqrt_n as S
 from labkit.bench.lab03 import activation_peak, mlp_chain
 from labkit.checks.lab03.planner import best_cost
-from labkit.memory import saved_tensors
+from labkit.instruments import saved_tensors
 
 
 def _chain(n: int, width: int = 6) -> tuple[nn.Sequential, torch.Tensor]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit import release
+from labkit.course import release
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = release.labs(ROOT)

@@ -1,4 +1,4 @@
-"""labkit.roofline: the prediction is the max of its terms, the estimates and specs are sane, errors teach."""
+"""labkit.instruments.roofline: the prediction is the max of its terms, the estimates and specs are sane, errors teach."""
 from __future__ import annotations
 
 import pytest
@@ -6,8 +6,8 @@ import torch
 
 import labkit as lk
 from labkit import plots
-from labkit import roofline as rl
-from labkit.ops import OpRecord, trace
+from labkit.instruments import roofline as rl
+from labkit.instruments.ops import OpRecord, trace
 
 CEIL = rl.Ceilings("cpu", torch.float32, peak_flops=1e11, peak_bandwidth=1e10, random_rate=1e8, special_rate=1e9)
 

@@ -1,4 +1,4 @@
-"""The gpu profile sized to a GPU's free memory (labkit.sizing), and `python -m labkit sizes`."""
+"""The gpu profile sized to a GPU's free memory (labkit.env.sizing), and `python -m labkit sizes`."""
 from __future__ import annotations
 
 import importlib
@@ -9,9 +9,9 @@ from dataclasses import asdict, fields
 
 import pytest
 
-from labkit import sizing
+from labkit.env import sizing
 from labkit.__main__ import main
-from labkit.profile import Sizes, sizes
+from labkit.env.profile import Sizes, sizes
 
 GIB = 2**30
 HUB_CARDS = (10, 16, 24, 40, 80, 141)  # a MIG slice, a T4, an L4/A10, an A100 40 GB, an A100/H100 80 GB, an H200
@@ -114,14 +114,14 @@ class _FakeCuda:
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    profile = importlib.import_module("labkit.profile")
+    profile = importlib.import_module("labkit.env.profile")
     profile._gpu_choice.cache_clear()  # choices made on this fake card stay out of other tests
     yield _FakeCuda(monkeypatch)
     profile._gpu_choice.cache_clear()
 
 
 def test_labkit_gpu_memory_sizes_for_the_share_and_caps_the_allocator_while_it_is_set(monkeypatch, fake_cuda):
-    from labkit.profile import gpu_choice
+    from labkit.env.profile import gpu_choice
 
     cuda = fake_cuda
     monkeypatch.setenv("LABKIT_GPU_MEMORY", "12GiB")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import student, stubs
+from labkit.checks import stubs
+from labkit.course import student
 
 
 def test_the_stub_the_generator_writes_is_recognised():

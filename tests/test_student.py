@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from labkit import student
+from labkit.course import student
 
 ROOT = Path(__file__).resolve().parent.parent
 

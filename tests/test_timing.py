@@ -6,7 +6,7 @@ import statistics
 import pytest
 import torch
 
-from labkit.timing import Comparison, Timing, benchmark, compare, resolve_device
+from labkit.instruments.timing import Comparison, Timing, benchmark, compare, resolve_device
 
 
 class FakeClock:

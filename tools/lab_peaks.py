@@ -1,4 +1,4 @@
-"""Each lab's peak of live tensor bytes, measured on the CPU, against labkit.sizing's prediction.
+"""Each lab's peak of live tensor bytes, measured on the CPU, against labkit.env.sizing's prediction.
 
     .venv/bin/python tools/lab_peaks.py solutions/04_selective.ipynb [--scale K]
 
@@ -22,8 +22,8 @@ SETUP = """
 import importlib
 from dataclasses import replace
 import labkit
-from labkit import sizing as _z
-_profile = importlib.import_module("labkit.profile")
+from labkit.env import sizing as _z
+_profile = importlib.import_module("labkit.env.profile")
 _size = replace(_z.scaled({scale}), device="cpu") if {scale} else _profile.sizes("cpu")
 labkit.sizes = _profile.sizes = lambda name=None: _size
 _meter = labkit.MemoryMeter(history=True)
@@ -57,7 +57,7 @@ def main() -> int:
         print(f"{peak / 2**20:10.1f} MiB  {source!r}")
     measured, predicted = max(p for p, _ in found["rows"]), found["predicted"].get(lab)
     if predicted is None:
-        print(f"lab {lab}: peak {measured / 2**20:.1f} MiB; labkit.sizing predicts no peak for it")
+        print(f"lab {lab}: peak {measured / 2**20:.1f} MiB; labkit.env.sizing predicts no peak for it")
         return 0
     print(f"lab {lab}: peak {measured / 2**20:.1f} MiB, predicted {predicted / 2**20:.1f} MiB "
           f"({measured / predicted:.0%} of the prediction)")

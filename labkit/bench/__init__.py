@@ -1,7 +1,7 @@
 """Benchmarks: `python -m labkit bench NAME [--json]`, and the comparisons notebooks show.
 
 Each benchmark prints figures; none asserts. Memory is tensor bytes from the
-meter and ledger; time is a median of alternating A/B runs (labkit.timing).
+meter and ledger; time is a median of alternating A/B runs (labkit.instruments.timing).
 One module per lab's benchmarks, named after its lab (lab 07's sharding, which
 runs processes, is fsdp.py); a new one adds a module and a line in BENCHMARKS.
 """

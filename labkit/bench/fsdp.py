@@ -1,6 +1,6 @@
 """Sharding (FSDP2) and activation checkpointing together: each rank's peak memory, measured.
 
-``fsdp()`` starts RANKS processes joined by ``torch.distributed`` (labkit.ranks: gloo on the CPU, nccl with a
+``fsdp()`` starts RANKS processes joined by ``torch.distributed`` (labkit.env.ranks: gloo on the CPU, nccl with a
 GPU per rank). Each rank trains the GPT stack for STEPS steps of Adam on the mean square of its output, on
 its own micro-batch of one global batch (data parallel), in four combinations, one after the other:
 
@@ -17,7 +17,7 @@ bytes the forward added) and the losses, which must match one process training o
 
 Notes (the code says "See Note N" where one applies):
 
-1. The meter counts a DTensor by its local shard: labkit.tensors unwraps wrapper subclasses, whose own
+1. The meter counts a DTensor by its local shard: labkit.instruments.tensors unwraps wrapper subclasses, whose own
    storage is a stand-in of the global size. FSDP2's plain-tensor work is counted as it happens: the
    all-gather output (``empty``), the unsharded parameters (the ``view`` FSDP takes of them, then
    ``resize_(0)`` when resharded and ``resize_(n)`` when gathered again), the reduce-scatter input and
@@ -54,11 +54,11 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
-from labkit.meter import MemoryMeter
+from labkit.instruments.meter import MemoryMeter
 from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.profile import Sizes, sizes
-from labkit.ranks import Fault, device_of, launch, on_gpus
-from labkit.tensors import tensor_storages
+from labkit.env.profile import Sizes, sizes
+from labkit.env.ranks import Fault, device_of, launch, on_gpus
+from labkit.instruments.tensors import tensor_storages
 
 __all__ = ["RANKS", "STEPS", "COMBINATIONS", "WAYS", "fsdp", "fsdp_config", "build", "checkpoint_blocks", "shard",
            "micro_batch", "reference_losses", "wrong_order"]

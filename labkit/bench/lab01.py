@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from labkit.ledger import saved_tensors
+from labkit.instruments.ledger import saved_tensors
 from labkit.models import GPTBlock, GPTConfig, gpt_input, korthikanti_bytes
 
 

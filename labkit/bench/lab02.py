@@ -7,10 +7,10 @@ from typing import Any, Callable
 import torch
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from labkit.meter import MemoryMeter, measure_peak
+from labkit.instruments.meter import MemoryMeter, measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.profile import Sizes, sizes
-from labkit.timing import compare
+from labkit.env.profile import Sizes, sizes
+from labkit.instruments.timing import compare
 
 Checkpoint = Callable[..., torch.Tensor]  # checkpoint(fn, *args) -> output
 
@@ -114,7 +114,7 @@ def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> R
     variants = {"none": _no_checkpoint, "torch": _torch_checkpoint, "yours": checkpoint}
     for ckpt in variants.values():  # one warm-up step each
         step(ckpt)()
-        if ckpt is _no_checkpoint:  # one set of gradients kept at a time (memory: labkit.sizing)
+        if ckpt is _no_checkpoint:  # one set of gradients kept at a time (memory: labkit.env.sizing)
             want = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
     got = [p.grad for p in model.parameters()] + [x.grad]  # the last step's: yours
     equal = all(torch.equal(a, b) for a, b in zip(want, got))

@@ -12,11 +12,11 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from labkit.checks.lab03.planner import best_cost
-from labkit.ledger import saved_tensors
-from labkit.meter import measure_peak
+from labkit.instruments.ledger import saved_tensors
+from labkit.instruments.meter import measure_peak
 from labkit.models import MLPChain, MLPConfig, layer_chain, mlp_input
-from labkit.profile import Sizes, sizes
-from labkit.timing import benchmark, compare
+from labkit.env.profile import Sizes, sizes
+from labkit.instruments.timing import benchmark, compare
 
 Run = Callable[[Sequence[nn.Module], torch.Tensor], torch.Tensor]  # run(layers, x) -> the chain's output
 

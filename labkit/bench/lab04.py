@@ -1,6 +1,6 @@
 """Lab 04's benchmark: selective checkpointing policies on a long-sequence GPT stack.
 
-A policy is what each block keeps: nothing checkpointed ("none"), or a set of op keys (labkit.ops) whose
+A policy is what each block keeps: nothing checkpointed ("none"), or a set of op keys (labkit.instruments.ops) whose
 outputs a selective checkpoint keeps while the rest of the block is recomputed, or Megatron's own form, a
 plain checkpoint around one submodule (core attention). Each is run twice: with a from-scratch selective
 checkpoint (lab 04's) and with PyTorch's (torch.utils.checkpoint with create_selective_checkpoint_contexts);
@@ -18,11 +18,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from labkit.bench.lab02 import stack_step
-from labkit.meter import measure_peak
+from labkit.instruments.meter import measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.ops import OpRecord, trace
-from labkit.profile import Sizes, sizes
-from labkit.timing import benchmark, compare
+from labkit.instruments.ops import OpRecord, trace
+from labkit.env.profile import Sizes, sizes
+from labkit.instruments.timing import benchmark, compare
 
 __all__ = ["Policy", "long_config", "long_stack", "policy_rows", "policies", "step", "recompute_seconds",
            "kept_after_forward", "saved_after_forward", "compiled_runner", "head_to_head", "standard_policies"]
@@ -166,7 +166,7 @@ def policy_rows(model: GPTStack, x: torch.Tensor, ops: Sequence[OpRecord], polic
 
     selective(fn, x, keep=...) and torch_policy(keep) -> context_fn are lab 04's; plain(fn, x) a checkpoint
     (lab 02's checkpoint_hooks) for region policies. Time ratios are taken against "none" in alternating runs
-    (labkit.timing.compare) for the policies in `timed` (default all); the prediction is 1 + the blocks'
+    (labkit.instruments.timing.compare) for the policies in `timed` (default all); the prediction is 1 + the blocks'
     recompute seconds from the trace over one plain step's median, the same for every row. check=False
     measures the from-scratch checkpoint's bytes only (no PyTorch run, no gradient comparison).
     """

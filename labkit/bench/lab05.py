@@ -5,9 +5,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from labkit.bench.lab04 import long_stack
-from labkit.ops import OpRecord, trace
-from labkit.profile import Sizes, sizes
-from labkit.roofline import Ceilings, achieved, bound, intensity, measure_ceilings, moves_data, predict_seconds
+from labkit.instruments.ops import OpRecord, trace
+from labkit.env.profile import Sizes, sizes
+from labkit.instruments.roofline import Ceilings, achieved, bound, intensity, measure_ceilings, moves_data, predict_seconds
 
 LEAST_SECONDS = 1e-3  # ops faster than this are judged by no bar: timer and cache noise swamp them
 

@@ -19,12 +19,12 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from labkit.harness import Scheme, per_block, plain
-from labkit.meter import MemoryMeter
+from labkit.instruments.harness import Scheme, per_block, plain
+from labkit.instruments.meter import MemoryMeter
 from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.profile import Sizes, sizes
-from labkit.tensors import cuda_devices
-from labkit.timing import compare
+from labkit.env.profile import Sizes, sizes
+from labkit.instruments.tensors import cuda_devices
+from labkit.instruments.timing import compare
 
 __all__ = ["train_losses", "rng_config", "SlowLoader", "loader_seconds", "costs", "pitfalls"]
 
@@ -102,7 +102,7 @@ def costs(model: nn.Module, x: torch.Tensor, schemes: dict[str, Scheme], trainin
           repeats: int = 5) -> dict[str, tuple[int, float]]:
     """{name: (peak bytes, step time over the first scheme's)} of one step of `model` on `x` under each scheme:
     with Adam when training, else a forward under no_grad. Peaks from the meter after a warm-up step; times
-    interleaved with the first scheme's (labkit.timing.compare)."""
+    interleaved with the first scheme's (labkit.instruments.timing.compare)."""
     opt = torch.optim.Adam(model.parameters()) if training else None
 
     def step(scheme: Scheme) -> Callable[[], None]:

@@ -5,10 +5,10 @@ from typing import Any
 
 import torch
 
-from labkit.meter import measure_peak
+from labkit.instruments.meter import measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.profile import Sizes, sizes
-from labkit.timing import compare
+from labkit.env.profile import Sizes, sizes
+from labkit.instruments.timing import compare
 
 
 def meter(size: Sizes | None = None) -> dict[str, Any]:

@@ -6,8 +6,8 @@ The solution notebook is the source: edit its `#| export` cells, then run `make 
 import torch
 from torch import nn
 
-from labkit.advice import Situation
-from labkit.harness import Difference
+from labkit.planners.advice import Situation
+from labkit.instruments.harness import Difference
 
 
 def in_backward() -> bool:

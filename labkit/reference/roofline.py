@@ -6,8 +6,8 @@ The solution notebook is the source: edit its `#| export` cells, then run `make 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from labkit.ops import OpRecord
-from labkit.roofline import TRANSCENDENTALS_PER_ELEMENT, Ceilings, flops, moves_data, random_draws
+from labkit.instruments.ops import OpRecord
+from labkit.instruments.roofline import TRANSCENDENTALS_PER_ELEMENT, Ceilings, flops, moves_data, random_draws
 
 
 # Exercise 5.1: the roofline time  (solutions/05_roofline.ipynb, cell c008)

@@ -11,9 +11,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS, CheckpointPolicy, create_selective_checkpoint_contexts
 
-from labkit.ops import OpRecord, is_random, op_key
+from labkit.instruments.ops import OpRecord, is_random, op_key
 from labkit.labs.recompute import CheckpointError, checkpoint_hooks  # Lab 02's
-from labkit.tensors import op_name
+from labkit.instruments.tensors import op_name
 
 
 # Exercise 4.1: keep or recompute, op by op  (solutions/04_selective.ipynb, cell c007)

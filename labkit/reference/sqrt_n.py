@@ -13,7 +13,7 @@ import torch
 
 from torch.utils.flop_counter import FlopCounterMode
 
-from labkit.memory import saved_tensors
+from labkit.instruments import saved_tensors
 from labkit.labs.recompute import checkpoint  # Lab 02's reentrant checkpoint
 
 

@@ -9,7 +9,7 @@ import torch
 from labkit.checks.base import CheckFailure, attempt, passed, trap
 from labkit.checks.lab01 import hints as H
 from labkit.checks.lab01.common import Mistakes, element_size, pick_hint
-from labkit.memory import saved_tensors
+from labkit.instruments import saved_tensors
 from labkit.models import GPTBlock, GPTConfig, gpt_input
 
 

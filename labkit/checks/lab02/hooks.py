@@ -13,7 +13,7 @@ from labkit.checks.lab02.replay import ex_2_2, ex_2_3
 from labkit.checks.lab02.rig import (
     P_DROP, Calls, Net, amp, dropout_label, kept_after_forward, loss_of, plain_step, recompute_census, show,
 )
-from labkit.memory import saved_tensors
+from labkit.instruments import saved_tensors
 
 EARLIER = (("2.2", ex_2_2, ("stash_rng", "restored_rng", "RecomputeRNG")),
            ("2.3", ex_2_3, ("stash_autocast", "restored_autocast")))

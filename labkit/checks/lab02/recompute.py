@@ -11,7 +11,7 @@ from labkit.checks.base import CheckFailure, passed, student_failure
 from labkit.checks.lab02 import hints as H
 from labkit.checks.lab02.common import lab_trap, need_function
 from labkit.checks.lab02.rig import KINDS, Calls, Net, first_mismatch, loss_of, plain_step, show
-from labkit.memory import saved_tensors
+from labkit.instruments import saved_tensors
 
 
 def _grad_hint(name: str, want: dict, got: dict) -> str:

@@ -10,7 +10,7 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 from labkit.checks.base import CheckFailure, need_callable, passed
 from labkit.checks.lab03 import hints as H
 from labkit.checks.lab03.common import call, clear, expect_error, grads, plain_grads, same, weighted, widening_chain
-from labkit.memory import saved_tensors
+from labkit.instruments import saved_tensors
 
 CASES = [(5, 2), (5, 3), (7, 3), (6, 4), (4, 4), (5, 1), (1, 1)]  # (n, k): uneven splits, both ends; k >= 2 first
 

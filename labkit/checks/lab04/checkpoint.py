@@ -10,9 +10,9 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 from labkit.checks.base import CheckFailure, need_callable, passed
 from labkit.checks.lab04 import hints as H
 from labkit.checks.lab04.common import OpCounter, call, expect_error, grads_of, same, small_block
-from labkit.meter import measure_peak
-from labkit.ops import op_key, trace
-from labkit.tensors import op_name
+from labkit.instruments.meter import measure_peak
+from labkit.instruments.ops import op_key, trace
+from labkit.instruments.tensors import op_name
 
 EX = "4.1"
 

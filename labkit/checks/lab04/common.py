@@ -11,8 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from labkit.checks.base import CheckFailure, Known, expect_error, trap  # noqa: F401  (expect_error: re-exported)
 from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.ops import OpRecord, op_key
-from labkit.tensors import op_name
+from labkit.instruments.ops import OpRecord, op_key
+from labkit.instruments.tensors import op_name
 
 
 def small_block() -> tuple[torch.nn.Module, torch.Tensor]:

@@ -9,7 +9,7 @@ from typing import Any
 from labkit.checks.base import CheckFailure, need_callable, passed
 from labkit.checks.lab04 import hints as H
 from labkit.checks.lab04.common import call, expect_error, profiles, record
-from labkit.ops import OpRecord
+from labkit.instruments.ops import OpRecord
 
 
 def _candidates(ops: Sequence[OpRecord]) -> list[OpRecord]:

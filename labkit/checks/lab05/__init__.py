@@ -1,6 +1,6 @@
 """Checkers of 05_roofline: the roofline time of an op, and pricing a policy's ops by a cost model.
 
-roofline_seconds is held against labkit.roofline.predict_seconds on a traced GPT block and on made-up
+roofline_seconds is held against labkit.instruments.roofline.predict_seconds on a traced GPT block and on made-up
 records chosen so that each term (compute, memory, random) is the largest in turn; price against its
 definition, with the originals checked unchanged.
 

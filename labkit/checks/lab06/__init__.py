@@ -1,7 +1,7 @@
 """Checkers of 06_pitfalls: comparing two tensors bit for bit, BatchNorm updated once under recomputation,
 and the decision rule of the checkpointing advisor.
 
-difference is held against labkit.harness.difference on cases chosen so that each shortcut (==, allclose,
+difference is held against labkit.instruments.harness.difference on cases chosen so that each shortcut (==, allclose,
 no dtype check) fails one; batchnorm_once by the harness itself, under both of PyTorch's checkpoints, over
 two steps, with BatchNorm1d and 2d; recommend against situations with known answers.
 

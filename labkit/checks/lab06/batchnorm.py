@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from labkit.checks.base import CheckFailure, need_callable, passed, trap
 from labkit.checks.lab06 import hints as H
-from labkit.harness import Report, compare_step, difference, per_block, plain
+from labkit.instruments.harness import Report, compare_step, difference, per_block, plain
 
 
 class _Net(nn.Module):

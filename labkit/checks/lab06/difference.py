@@ -9,7 +9,7 @@ import torch
 
 from labkit.checks.base import CheckFailure, need_callable, passed, trap
 from labkit.checks.lab06 import hints as H
-from labkit.harness import Difference, difference
+from labkit.instruments.harness import Difference, difference
 
 
 def _cases() -> list[tuple[str, Any, Any, str]]:
@@ -40,7 +40,7 @@ def _same(x: float, y: float) -> bool:
 
 
 def ex_6_1(student: Callable[..., Any]) -> None:
-    """Exercise 6.1: difference(name, a, b) agrees with labkit.harness.difference on every case."""
+    """Exercise 6.1: difference(name, a, b) agrees with labkit.instruments.harness.difference on every case."""
     __tracebackhide__ = True
     need_callable("6.1", "difference", student)
     cases = _cases()

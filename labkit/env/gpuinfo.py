@@ -25,7 +25,7 @@ class GPUProcess:
     pid: int
     name: str
     used_bytes: int | None  # None where nvidia-smi prints "[N/A]" (no permission, or a MIG device)
-    gpu: str = ""  # the GPU's uuid, normalised (labkit.gpuinfo.uuid_key)
+    gpu: str = ""  # the GPU's uuid, normalised (labkit.env.gpuinfo.uuid_key)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Inside the sandbox: run one rebuilt notebook cell by cell and report what each cell did, nothing more.
 
-`python labkit/grade/worker.py NOTEBOOK --fd N --cell-timeout S --executed OUT` (run by its path: it imports
+`python labkit/course/grade/worker.py NOTEBOOK --fd N --cell-timeout S --executed OUT` (run by its path: it imports
 neither labkit nor torch, only nbclient; the kernel does the rest) writes one JSON line per code
 cell to file descriptor N, a pipe only this process holds (the kernel it starts does not inherit it, so
 student code cannot write to it): the cell's index, status (`ok`, `error`, `timeout`, `dead`), the error's

@@ -10,7 +10,7 @@ Per op: the innermost module; FLOPs by PyTorch's own formulas (``torch.utils.flo
 does not count, such as softmax or GELU); the bytes of its distinct input and output storages (the fewest
 bytes it must read and write); the bytes of the new storages it creates (what keeping its output costs;
 0 for a view or an in-place op); and, with ``time=True``, the median seconds of replaying the op alone on
-copies of its arguments (labkit.timing's rules), right after it runs: the copies of one op at a time
+copies of its arguments (labkit.instruments.timing's rules), right after it runs: the copies of one op at a time
 are all the trace adds to the forward's own memory.
 """
 from __future__ import annotations
@@ -28,8 +28,8 @@ from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 from torch.utils.flop_counter import flop_registry
 
-from labkit.tensors import check_callable, cuda_devices, module_stack, op_name, tensor_storages
-from labkit.timing import benchmark
+from labkit.instruments.tensors import check_callable, cuda_devices, module_stack, op_name, tensor_storages
+from labkit.instruments.timing import benchmark
 
 __all__ = ["OpRecord", "trace", "op_key"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-from labkit import student
+from labkit.course import student
 
 STUDENT_README = """# Activation checkpointing, hands on: {labs}
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import nbformat
 from tqdm.auto import tqdm
 
-from labkit import release
-from labkit.grade import report, sandbox
-from labkit.grade.rebuild import Pristine, match, rebuild
-from labkit.grade.report import Row
+from labkit.course import release
+from labkit.course.grade import report, sandbox
+from labkit.course.grade.rebuild import Pristine, match, rebuild
+from labkit.course.grade.report import Row
 
 LIMITS = {"cell_timeout": 60.0, "notebook_timeout": 300.0, "memory_gib": 4.0, "profile": "tiny"}
 EVENT_KEYS = {"cell", "status", "ename", "evalue", "stdout", "seconds"}
@@ -153,8 +153,8 @@ class Grader:
         read, write = os.pipe()
         inner_run = Path(sandbox.INNER_RUN) if self.box else run
         package = self.box.package if self.box else copy
-        # the worker by its path, not `-m labkit.grade.worker`: importing the labkit package would import torch
-        inner = [sys.executable, str(package / "grade" / "worker.py"), str(inner_run / name), "--fd", str(write),
+        # the worker by its path, not `-m labkit.course.grade.worker`: importing the labkit package would import torch
+        inner = [sys.executable, str(package / "course" / "grade" / "worker.py"), str(inner_run / name), "--fd", str(write),
                  "--cell-timeout", str(self.limits["cell_timeout"]), "--executed", str(inner_run / "executed.ipynb"),
                  "--memory", str(int(self.limits["memory_gib"] * 2**30))]
         if self.box:

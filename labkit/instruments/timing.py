@@ -22,7 +22,7 @@ from typing import Any, Callable, ContextManager, Iterable
 
 import torch
 
-from labkit.tensors import check_callable
+from labkit.instruments.tensors import check_callable
 
 Clock = Callable[[], float]  # seconds, monotonic: time.perf_counter or a fake in tests
 

@@ -17,9 +17,9 @@ import nbformat
 
 STUB = re.compile(r'raise NotImplementedError\("Exercise (\d+\.\d+)')
 CHECKER = re.compile(r"\blk\.checks\.ex_(\d+)_(\d+)\(")
-PRELUDE = "import labkit.grade.guard as _labkit_guard\n_labkit_guard.arm()"
+PRELUDE = "import labkit.course.grade.guard as _labkit_guard\n_labkit_guard.arm()"
 # Before each checker: put back what answers changed, and take `lk` from the kit again (an answer may rebind it).
-VERIFY = "import labkit.grade.guard as _labkit_guard; _labkit_guard.verify(); import labkit as lk\n"
+VERIFY = "import labkit.course.grade.guard as _labkit_guard; _labkit_guard.verify(); import labkit as lk\n"
 SHADOWED = {"lk", "labkit", "_labkit_guard"}  # names the checker cells rely on
 # What an answer never needs: the grader's and checkers' insides, IPython's error machinery, tracing, reloading.
 FORBIDDEN_NAMES = {"get_ipython", "settrace", "setprofile", "set_custom_exc", "input_transformers_cleanup",
@@ -100,7 +100,7 @@ def scan(source: str, withheld: frozenset[str] = frozenset()) -> list[str]:
             for name in names:
                 parts = name.split(".")
                 answer = parts[:2] == ["labkit", "reference"] and (len(parts) < 3 or parts[2] in withheld)
-                if answer or name.startswith(("labkit.grade", "labkit.checks", "ctypes")):
+                if answer or name.startswith(("labkit.course.grade", "labkit.checks", "ctypes")):
                     found.append(f"imports {name}")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]

@@ -1,6 +1,6 @@
 """How a stub shows in a notebook: one line naming the exercise, not a traceback that looks like a bug.
 
-The student generator (labkit.student) replaces each solution with
+The student generator (labkit.course.student) replaces each solution with
 `raise NotImplementedError("Exercise N.M: title")`. A cell that uses an
 answer not written yet runs into that stub; in a kernel, `import labkit`
 registers a handler that prints what it is and what to do. The error stays

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 from labkit.models import GPTConfig, gpt_param_count, korthikanti_bytes
-from labkit.profile import Sizes
-from labkit.roofline import MEASURE_SIZES
+from labkit.env.profile import Sizes
+from labkit.instruments.roofline import MEASURE_SIZES
 
 FRACTION = 0.7  # each lab's predicted peak stays under this share of the memory free
 FLOOR_BYTES = 4 * 2**30  # below this much free memory the GPU is too small: the cpu sizes are used
@@ -162,7 +162,7 @@ class Choice:
 def choose(memory_bytes: int, fraction: float = FRACTION) -> Choice:
     """The largest scale whose every lab peak is at most `fraction` of `memory_bytes`; the cpu sizes,
     with a note saying so, when the memory is below FLOOR_BYTES."""
-    from labkit.profile import sizes
+    from labkit.env.profile import sizes
 
     memory_bytes = parse_bytes(memory_bytes)
     if not 0 < fraction <= 1:

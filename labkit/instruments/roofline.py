@@ -1,4 +1,4 @@
-"""Roofline: each op of a trace (labkit.ops) against the ceilings of the machine it ran on.
+"""Roofline: each op of a trace (labkit.instruments.ops) against the ceilings of the machine it ran on.
 
 An op cannot run faster than its slowest resource allows. The rules this file applies:
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.ops import OpRecord
-from labkit.profile import Sizes, sizes
-from labkit.timing import benchmark
+from labkit.instruments.ops import OpRecord
+from labkit.env.profile import Sizes, sizes
+from labkit.instruments.timing import benchmark
 
 __all__ = ["Ceilings", "GPUSpec", "GPU_SPECS", "ELEMENTWISE_FLOPS", "RooflineError", "achieved", "bound",
            "flops", "measure_ceilings", "measure_host_bandwidth", "moves_data", "offload_seconds",
@@ -95,7 +95,7 @@ def moves_data(record: OpRecord) -> bool:
 
 def _check_record(record: OpRecord, where: str) -> None:
     if not isinstance(record, OpRecord):
-        raise RooflineError(f"{where}: expected an OpRecord (from labkit.ops.trace), got {type(record).__name__}")
+        raise RooflineError(f"{where}: expected an OpRecord (from labkit.instruments.ops.trace), got {type(record).__name__}")
     if not moves_data(record):
         raise RooflineError(f"{where}: {record.key} is a view (it moves no data) and has no place on a roofline; "
                             "keep only ops with roofline.moves_data(record)")

@@ -2,7 +2,7 @@
 
 Everything is sized as on a card with 16 GiB free (`--memory`, or $LABKIT_GPU_MEMORY, which also caps the
 allocator), so it takes a few minutes on any GPU that large and checks the sizes a T4 would get. Each lab runs
-in its own kernel, its allocator peak measured against labkit.sizing's prediction. Without CUDA it says so and
+in its own kernel, its allocator peak measured against labkit.env.sizing's prediction. Without CUDA it says so and
 exits 0: the GPU code paths are unit-tested on CPU as far as a CPU allows.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from unittest import mock
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -46,9 +46,9 @@ def _gpu_tests() -> Row:
 
 def _meter_vs_allocator() -> Row:
     """The meter's peak growth against torch.cuda.max_memory_allocated over one GPT training step."""
-    from labkit.meter import MemoryMeter
+    from labkit.instruments.meter import MemoryMeter
     from labkit.models import GPTConfig, GPTStack, gpt_input
-    from labkit.profile import sizes
+    from labkit.env.profile import sizes
 
     size = sizes("gpu")
     cfg = GPTConfig(seq=size.seq, batch=size.batch, hidden=size.hidden, heads=size.heads,
@@ -106,7 +106,7 @@ get_ipython().events.register("post_run_cell", _record)
 # ... and after its last: one JSON line with the measured and the predicted peaks.
 _REPORT = """
 import json
-from labkit.profile import gpu_choice as _choice
+from labkit.env.profile import gpu_choice as _choice
 print("LABKIT-PEAK " + json.dumps({"measured": max([p for p, _ in _cell_peaks], default=0),
       "top": sorted(_cell_peaks, reverse=True)[:3], "predicted": _choice().labs, "scale": _choice().scale}))
 """
@@ -162,7 +162,7 @@ def main(memory: str | None = None, labs_seconds: float = 420) -> int:
     start = time.perf_counter()
     print(f"labkit gpu-check on {torch.cuda.get_device_name()} with torch {torch.__version__}, sized as on a card "
           f"with {memory} free")
-    from labkit.doctor import doctor
+    from labkit.env.doctor import doctor
 
     doctor()
     checks = [

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from labkit.grade.guard import MARK
+from labkit.course.grade.guard import MARK
 
 STATUSES = ("passed", "failed", "not attempted", "timeout", "error", "missing", "tampered")
 COLUMNS = ("student", "lab", "exercise", "status", "message", "seconds")

@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from labkit.tensors import check_callable, check_not_meta, module_stack, op_name, tensor_storages
+from labkit.instruments.tensors import check_callable, check_not_meta, module_stack, op_name, tensor_storages
 
 __all__ = ["SavedTensor", "LedgerTable", "Ledger", "saved_tensors"]
 

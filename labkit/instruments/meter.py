@@ -27,7 +27,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from labkit.tensors import check_callable, check_not_meta, op_name, tensor_storages
+from labkit.instruments.tensors import check_callable, check_not_meta, op_name, tensor_storages
 
 __all__ = ["Event", "MemoryMeter", "measure_peak"]
 

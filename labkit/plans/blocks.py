@@ -41,12 +41,12 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from labkit.harness import blocks_of
-from labkit.ledger import Ledger
-from labkit.meter import MemoryMeter
-from labkit.ops import trace
-from labkit.tensors import cuda_devices, inputs_of, tensor_storages
-from labkit.timing import benchmark, compare
+from labkit.instruments.harness import blocks_of
+from labkit.instruments.ledger import Ledger
+from labkit.instruments.meter import MemoryMeter
+from labkit.instruments.ops import trace
+from labkit.instruments.tensors import cuda_devices, inputs_of, tensor_storages
+from labkit.instruments.timing import benchmark, compare
 
 __all__ = ["KEEP", "SELECTIVE", "OFFLOAD", "RECOMPUTE", "Option", "BlockCosts", "Profile", "Step", "check_plan",
            "peak_of", "seconds_of", "step_ratio", "scheme_plan", "SCHEMES", "profile_model", "applied",

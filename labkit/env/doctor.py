@@ -2,7 +2,7 @@
 
 Each check is a function returning a `Check`. Its inputs are parameters whose
 default, FROM_SYSTEM, means "read this machine", so a test passes the values
-of a broken machine instead of breaking a real one. torch and labkit.profile
+of a broken machine instead of breaking a real one. torch and labkit.env.profile
 are imported lazily: the doctor must still run, and say so, when torch is
 missing.
 """
@@ -52,7 +52,7 @@ class DoctorReport:
     device: str  # GPU name and memory, or CPU cores and RAM
     profile: str  # active labkit profile, or "?" when LABKIT_PROFILE is invalid
     checks: tuple[Check, ...]
-    gpu: str = ""  # on CUDA: memory, MIG and other processes (labkit.gpuinfo)
+    gpu: str = ""  # on CUDA: memory, MIG and other processes (labkit.env.gpuinfo)
     sizes: str = ""  # on the gpu profile: the sizes it chose for that memory, and why
 
     @property
@@ -152,8 +152,8 @@ def _shm_bytes(path: str = "/dev/shm") -> int | None:
 
 
 def _active_profile() -> str:
-    """labkit.profile.profile(), imported late because it imports torch."""
-    from labkit.profile import profile
+    """labkit.env.profile.profile(), imported late because it imports torch."""
+    from labkit.env.profile import profile
     return profile()
 
 
@@ -310,9 +310,9 @@ def check_shm(size_bytes: int | None = FROM_SYSTEM) -> Check:
 
 
 def _gpu_state() -> Any:
-    """labkit.gpuinfo.read(), None without torch or CUDA."""
+    """labkit.env.gpuinfo.read(), None without torch or CUDA."""
     try:
-        from labkit import gpuinfo
+        from labkit.env import gpuinfo
         return gpuinfo.read()
     except ImportError:
         return None
@@ -344,7 +344,7 @@ def _sizes_line(profile: str) -> str:
     if profile != "gpu":
         return ""
     try:
-        from labkit.profile import gpu_choice
+        from labkit.env.profile import gpu_choice
         return gpu_choice().note
     except (ValueError, RuntimeError) as e:
         return f"could not size the gpu profile: {e}"

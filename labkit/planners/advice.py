@@ -30,11 +30,11 @@ from torch import nn
 
 from torch.utils.checkpoint import checkpoint
 
-from labkit.harness import Scheme, blocks_of, plain, wrapped
-from labkit.ledger import Ledger
-from labkit.meter import MemoryMeter
-from labkit.tensors import cuda_devices, inputs_of, tensor_storages
-from labkit.timing import benchmark
+from labkit.instruments.harness import Scheme, blocks_of, plain, wrapped
+from labkit.instruments.ledger import Ledger
+from labkit.instruments.meter import MemoryMeter
+from labkit.instruments.tensors import cuda_devices, inputs_of, tensor_storages
+from labkit.instruments.timing import benchmark
 
 __all__ = ["SchemeCost", "Situation", "Advice", "check_budget", "recommend", "situation", "advise", "scheme",
            "SCHEMES"]

@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from labkit.tensors import check_callable, cuda_devices, op_name
+from labkit.instruments.tensors import check_callable, cuda_devices, op_name
 
 __all__ = ["Scheme", "Difference", "Report", "difference", "compare_step", "plain", "per_block", "blocks_of", "wrap_blocks", "wrapped"]
 

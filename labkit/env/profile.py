@@ -1,7 +1,7 @@
 """Profiles: one notebook, three problem sizes (tiny for tests, cpu for laptops, gpu for hubs).
 
 tiny and cpu are fixed; gpu is sized to the memory the GPU has free when a
-process first asks (labkit.sizing), or to $LABKIT_GPU_MEMORY, which also caps
+process first asks (labkit.env.sizing), or to $LABKIT_GPU_MEMORY, which also caps
 the process's CUDA allocator there (a hub sharing one GPU among several users).
 """
 from __future__ import annotations
@@ -79,11 +79,11 @@ def sizes(name: str | None = None) -> Sizes:
     return _SIZES[name]
 
 
-def gpu_choice():  # -> labkit.sizing.Choice
+def gpu_choice():  # -> labkit.env.sizing.Choice
     """The gpu profile's sizes for this process's GPU, and why: chosen once per process and value of
     $LABKIT_GPU_MEMORY, so that every cell of a lab sees the same sizes. The allocator's cap follows the
     variable's current value on every call (lifted when it is unset)."""
-    from labkit.sizing import parse_bytes
+    from labkit.env.sizing import parse_bytes
 
     cap = os.environ.get("LABKIT_GPU_MEMORY", "").strip()
     if not torch.cuda.is_available():
@@ -100,8 +100,8 @@ def gpu_choice():  # -> labkit.sizing.Choice
 
 
 @functools.cache
-def _gpu_choice(limit: int | None):  # -> labkit.sizing.Choice
-    from labkit.sizing import choose
+def _gpu_choice(limit: int | None):  # -> labkit.env.sizing.Choice
+    from labkit.env.sizing import choose
 
     free, _ = torch.cuda.mem_get_info()
     choice = choose(min(free, limit) if limit else free)

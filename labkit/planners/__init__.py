@@ -1,0 +1,3 @@
+"""Measure a model, then decide how to checkpoint it: the advisor (advice.py) and lab 07's profile of a model's
+blocks (profiling.py) and a plan run for real (applying.py), on one measuring core (measuring.py). The only
+part of the kit besides the checkers and benchmarks that runs a lab's code, through labkit.labs."""
