@@ -1,6 +1,7 @@
 """labkit: the helper package behind the activation-checkpointing labs.
 
-Notebooks use it as ``import labkit as lk``; this file is that surface.
+Notebooks use it as ``import labkit as lk``; this file is that surface. Where each part lives, and what may import
+what, is docs/design.md, "The package".
 """
 try:
     import torch  # noqa: F401  (every lab needs it; fail here with the fix, not deep inside)
@@ -11,24 +12,24 @@ except ImportError as e:  # pragma: no cover - exercised by hand on a machine wi
         "then check with `python -m labkit doctor`."
     ) from e
 
-from labkit import bench, checks, plots, widgets
+from labkit import bench, checks, instruments, planners, plans, plots, widgets
 from labkit.checks import stubs
-from labkit.instruments import harness, ops, roofline
-from labkit.planners import advice
-from labkit.plans import blocks as planning
 from labkit.env.doctor import doctor
-from labkit.instruments import Ledger, MemoryMeter, measure_peak, saved_tensors
+from labkit.env.profile import profile, sizes
+from labkit.env.sizes import PROFILES, Sizes
+from labkit.instruments import Ledger, MemoryMeter, harness, measure_peak, ops, roofline, saved_tensors
+from labkit.instruments.timing import benchmark, compare
 from labkit.models import (
-    GPT, ConvNet, GPTConfig, GPTStack, GPTBlock, MLPChain, MLPConfig, gpt_input, gpt_tokens, korthikanti_bytes,
+    GPT, ConvNet, GPTBlock, GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input, gpt_tokens, korthikanti_bytes,
     korthikanti_terms, layer_chain, mlp_input, next_token_loss, parameter_bytes,
 )
-from labkit.env.profile import PROFILES, Sizes, profile, sizes
-from labkit.instruments.timing import benchmark, compare
+from labkit.planners import advice
 
 stubs.install()  # in a notebook, a stub's NotImplementedError shows as one line naming its exercise
 
 __all__ = [
-    "PROFILES", "Sizes", "advice", "bench", "checks", "harness", "ops", "planning", "plots", "roofline", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",
+    "PROFILES", "Sizes", "advice", "bench", "checks", "harness", "instruments", "ops", "planners", "plans", "plots",
+    "roofline", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",
     "Ledger", "MemoryMeter", "measure_peak", "saved_tensors",
     "ConvNet", "GPT", "GPTConfig", "GPTStack", "GPTBlock", "MLPChain", "MLPConfig", "gpt_input", "gpt_tokens",
     "mlp_input", "next_token_loss",

@@ -11,11 +11,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _student(args: argparse.Namespace) -> int:
-    from labkit.course import student
+    from labkit.course import student, views
 
     try:
         if args.check:
-            problems = student.check(ROOT)
+            problems = views.check(ROOT)
             for p in problems:
                 print(f"labkit student --check: {p}", file=sys.stderr)
             if problems:
@@ -23,7 +23,7 @@ def _student(args: argparse.Namespace) -> int:
                 return 1
             print("labkit student --check: notebooks/, labkit/reference/ and labkit/labs/ are current")
             return 0
-        for path in student.write(ROOT):
+        for path in views.write(ROOT):
             print(f"wrote {path.relative_to(ROOT)}")
         return 0
     except student.NotebookError as e:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -276,10 +275,9 @@ def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "on
     for spec in specs:
         ax.plot(grid, [min(spec.peak_flops, spec.peak_bandwidth * x) for x in grid], "--", linewidth=1,
                 label=f"spec sheet: {spec.name} (16-bit)")
-    colours = {"compute": PHASE_COLOURS["forward"], "memory": PHASE_COLOURS["recompute"],
-               "random": PHASE_COLOURS["backward"]}
-    for r, x, y in zip(ops, xs, ys):
-        ax.plot([x], [y], "o", color=colours[rl.bound(r, ceilings)], markersize=5)
+    for r, x, y in zip(ops, xs, ys):  # where an op sits, not its roofline time (that is lab 05's Exercise 5.1)
+        colour = "backward" if r.random else "forward" if x >= ceilings.ridge else "recompute"
+        ax.plot([x], [y], "o", color=PHASE_COLOURS[colour], markersize=5)
         ax.annotate(r.key, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -287,7 +285,7 @@ def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "on
     _plain_log_labels(ax.yaxis)
     ax.set_xlabel("arithmetic intensity, FLOPs per byte (elementwise FLOPs estimated)")
     ax.set_ylabel("FLOP/s (points: measured)")
-    ax.set_title(title + " (blue: compute-, green: memory-, orange: random-bound)", fontsize=10)
+    ax.set_title(title + " (blue: right of the ridge, green: left of it, orange: draws random numbers)", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 import labkit as lk
-from labkit.bench.fsdp import COMBINATIONS, RANKS, RTOL, build, fsdp, fsdp_config, micro_batch, shard, wrong_order
+from labkit.bench.fsdp import COMBINATIONS, RANKS, RTOL, build, fsdp, fsdp_config, micro_batch, wrong_order
 from labkit.instruments.meter import MemoryMeter
 from labkit.env.ranks import Fault, RankError, launch
 

@@ -11,6 +11,7 @@ from labkit import bench
 from labkit.bench.lab05 import op_rows, worst_ratio
 from labkit.instruments.ops import OpRecord
 from labkit.instruments.roofline import Ceilings
+from labkit.reference.roofline import compute_seconds, roofline_seconds
 
 
 def test_roofline_on_tiny_reports_every_key_with_its_type():
@@ -39,7 +40,7 @@ def test_worst_ratio_counts_only_ops_of_a_millisecond_or_more():
     records = [fake("slow#0", 4e-3, 10 ** 6),  # predicted 1 ms, measured 4 ms: ratio 4
                fake("fast#0", 1e-4, 10 ** 6),  # predicted 1 ms, measured 0.1 ms: ratio 10, but under 1 ms
                fake("over#0", 1e-3, 4 * 10 ** 6)]  # predicted 4 ms, measured 1 ms: ratio 4 the other way
-    rows = op_rows(records, ceilings)
+    rows = op_rows(records, ceilings, roofline_seconds, compute_seconds)
     assert [r["bound"] for r in rows] == ["memory"] * 3
     assert worst_ratio(rows) == pytest.approx(4)
     assert worst_ratio(rows, least_seconds=0) == pytest.approx(10)

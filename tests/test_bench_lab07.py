@@ -19,16 +19,16 @@ def test_plan_bench_prints_its_json_keys(figures):
     json.dumps(figures)
     assert set(figures) == {"budget_bytes", "plan", "predicted_peak", "measured_peak", "predicted_step_ratio",
                             "measured_step_ratio", "fits", "step_ratio", "largest_batch", "planner_200_blocks_seconds"}
-    assert set(figures["fits"]) == set(figures["step_ratio"]) == {"planner", *lk.planning.SCHEMES}
-    assert set(figures["largest_batch"]) == {"planner", *lk.planning.SCHEMES}
+    assert set(figures["fits"]) == set(figures["step_ratio"]) == {"planner", *lk.plans.SCHEMES}
+    assert set(figures["largest_batch"]) == {"planner", *lk.plans.SCHEMES}
 
 
 def test_the_plan_fits_where_keeping_everything_does_not(figures):
     assert figures["fits"]["none"] is False and figures["fits"]["full"] is True and figures["fits"]["planner"] is True
     assert figures["measured_peak"] <= figures["budget_bytes"]
     assert abs(figures["predicted_peak"] - figures["measured_peak"]) <= 0.25 * figures["measured_peak"]
-    plan = [lk.planning.Step(*s) for s in figures["plan"]]
-    assert lk.planning.check_plan(plan, lab07.capstone(lk.sizes(), repeats=1).profile) == plan
+    plan = [lk.plans.Step(*s) for s in figures["plan"]]
+    assert lk.plans.check_plan(plan, lab07.capstone(lk.sizes(), repeats=1).profile) == plan
 
 
 def test_the_largest_batches_grow_as_schemes_keep_less(figures):

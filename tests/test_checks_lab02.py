@@ -12,7 +12,6 @@ import torch
 from labkit import checks
 from labkit.checks import CheckFailure, NotAttempted
 from labkit.reference import recompute as ref
-from labkit.checks.lab02 import hints as H
 from labkit.reference.recompute import (
     RecomputeRNG, Recompute, refuse_unsupported_backward, restored_autocast, restored_rng, save_inputs,
     stash_autocast, stash_rng,

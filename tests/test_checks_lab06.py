@@ -139,13 +139,14 @@ def _changes_outputs(model):
     (lambda m: m, H.BN_TWICE),
     (_batchnorm(detect=lambda: not torch.is_grad_enabled()), H.BN_DETECT),
     (_batchnorm(restore=False), H.BN_RESTORE),
+    (_batchnorm(), H.BN_RESTORE),  # put back by the forward hook only: a rerun that stops early leaves it frozen
     (_batchnorm(kinds=nn.BatchNorm2d), H.BN_ALL),
     (_batchnorm(always=True), H.BN_ALWAYS),
     (_batchnorm(track=True), H.BN_RERUN),
     (_momentum_for_two, H.BN_MOMENTUM),
     (_changes_outputs, H.BN_OUTPUT),
     (lambda m: None, H.BN_SPEC),
-], ids=["nothing", "grad-mode", "no-restore", "only-2d", "always", "track-off", "momentum", "outputs", "returns-none"])
+], ids=["nothing", "grad-mode", "no-restore", "hook-restore-only", "only-2d", "always", "track-off", "momentum", "outputs", "returns-none"])
 def test_ex_6_2_catches(bug, hint):
     assert _fails(checks.ex_6_2, bug).hint == hint
 

@@ -13,7 +13,7 @@ from labkit import checks
 from labkit.checks import CheckFailure, NotAttempted
 from labkit.checks.lab07 import hints as H
 from labkit.checks.lab07.planner import every_plan, peak, seconds
-from labkit.plans.blocks import RECOMPUTE, Option, Step
+from labkit.plans import RECOMPUTE, Option, Step
 
 
 def _fails(*args) -> CheckFailure:

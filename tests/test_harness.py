@@ -1,20 +1,25 @@
 """The state-equivalence harness: bitwise equality for correct checkpoints, each planted fault flagged by name."""
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import labkit as lk
-from labkit.instruments.harness import Difference, Report, blocks_of, compare_step, difference, per_block, plain, wrap_blocks
+from labkit.instruments import harness
+from labkit.instruments.blocks import blocks_of, patched, wrap_blocks
+from labkit.instruments.harness import Difference, Report, per_block, plain
 from labkit.reference.recompute import Recompute, checkpoint as lab02_checkpoint, checkpoint_hooks
-from labkit.reference.pitfalls import batchnorm_once, in_backward
+from labkit.reference.pitfalls import batchnorm_once, difference, in_backward
+
+
+def compare_step(*args, **kwargs):
+    """The harness comparing with lab 06's difference (Exercise 6.1's reference), as the lab runs it."""
+    return harness.compare_step(*args, difference=difference, **kwargs)
+
 
 NON_REENTRANT = per_block(lambda f, x: checkpoint(f, x, use_reentrant=False))
 REENTRANT = per_block(lambda f, x: checkpoint(f, x, use_reentrant=True))
@@ -175,38 +180,24 @@ def test_wrap_blocks_puts_every_forward_back_even_when_the_body_raises():
     assert all("forward" not in vars(m) for _, m in blocks_of(chain))
 
 
-# ---------------------------------------------------------------- difference
-def test_difference_by_bits():
-    f = lambda *v: torch.tensor(v)  # noqa: E731
-    assert difference("z", f(0.0), f(-0.0)) == Difference("z", False, 0.0, 0.0)
-    assert difference("n", f(float("nan")), f(float("nan"))).bitwise
-    assert difference("e", f(1.0, 2.0), f(1.0, 2.0)).bitwise
-    d = difference("r", f(1.0, 100.0), f(2.0, 100.0))
-    assert (d.max_abs, d.max_rel) == (1.0, 0.01)
-    assert difference("zero", f(0.0), f(1e-3)).max_rel == math.inf
-    assert "dtype" in difference("t", f(1.0), f(1.0).double()).detail
-    assert "shape" in difference("s", f(1.0, 2.0).reshape(2, 1), f(1.0, 2.0)).detail
-    assert difference("none", None, None).bitwise
-    assert difference("one", f(1.0), None).detail == "missing"
-    assert difference("b", torch.tensor([True]), torch.tensor([False])).max_abs == 1.0
-    assert difference("inf", f(float("inf"), 1.0), f(float("inf"), 3.0)).max_abs == 2.0
-    assert str(difference("e", f(1.0), f(1.0))) == "e: bitwise equal"
+def test_patched_restores_what_it_found_a_patch_made_before_included():
+    chain = lk.MLPChain(lk.MLPConfig(n_layers=2, width=4))
+    first, second = (m for _, m in blocks_of(chain))
+    earlier = lambda x: x + 1  # noqa: E731  (a patch someone made before)
+    first.forward = earlier
+    with patched([(first, lambda x: x * 0), (second, lambda x: x * 0), (first, lambda x: x * 2)]):
+        assert first.forward(torch.ones(1)).item() == 2.0  # the last patch of a module wins inside
+    assert vars(first)["forward"] is earlier and "forward" not in vars(second)
+    with pytest.raises(TypeError, match="not an nn.Module"):
+        with patched([("block", lambda x: x)]):
+            pass
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=False), min_size=1, max_size=8),
-       st.integers(0, 7), st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]))
-def test_difference_is_bitwise_exactly_when_the_bytes_agree(values, at, dtype):
-    a = torch.tensor(values).to(dtype)
-    b = a.clone()
-    assert difference("x", a, b).bitwise
-    i = at % a.numel()
-    b[i] = -b[i] if not torch.isnan(b[i]) else 1.0
-    same_bytes = bytes(a.view(torch.uint8).tolist()) == bytes(b.view(torch.uint8).tolist())
-    d = difference("x", a, b)
-    assert d.bitwise == same_bytes
-    if not d.bitwise and not torch.isnan(a).any():
-        assert d.max_abs == (a.double() - b.double())[i].abs().item()  # the one changed element
+def test_the_harness_needs_a_comparison_and_checks_what_it_returns(gpt):
+    with pytest.raises(TypeError, match="difference"):
+        harness.compare_step(*gpt, plain)
+    with pytest.raises(TypeError, match="returned bool"):
+        harness.compare_step(*gpt, plain, difference=lambda name, a, b: True)
 
 
 def test_report_reads_by_name_and_says_what_it_compared():

@@ -12,9 +12,10 @@ from torch import nn
 
 import labkit as lk
 from labkit.bench import lab07
-from labkit.plans.blocks import (
-    KEEP, OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step, applied, check_plan, describe,
-    largest_batch, measure_step, peak_of, profile_model, scheme_plan, seconds_of, step_ratio,
+from labkit.planners import applied, largest_batch, measure_step, profile_model
+from labkit.plans import (
+    KEEP, OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step, check_plan, describe, peak_of,
+    scheme_plan, seconds_of, step_ratio,
 )
 from labkit.reference.capstone import least_budget, plan_blocks, plan_for
 
@@ -89,7 +90,7 @@ def test_a_huge_budget_keeps_everything_without_a_table_that_size():
 def test_the_selective_policy_is_traced_at_the_input_it_runs_on(capstone):
     from labkit.labs.selective import selective_keep
     from labkit.instruments.ops import trace
-    from labkit.plans.blocks import _selective_keep
+    from labkit.planners.ways import selective_keep as _selective_keep
 
     block, x = capstone.model.blocks[0], torch.randn(2, 3, capstone.model.cfg.hidden)
     assert _selective_keep(block, x) == selective_keep(trace(block, x.requires_grad_(), model=block, time=False))
@@ -220,7 +221,7 @@ def test_every_scheme_and_the_plan_are_predicted_to_a_percent_of_the_meter(capst
     # backward, measured alone, may peak a little differently inside the model (seen: 0.45% on tiny sizes)
     c, n = capstone, len(capstone.profile.blocks)
     budget = lab07.budget_between(c.profile, n)
-    plans = {"planner": plan_for(c.profile, budget), **{s: scheme_plan(s, n) for s in lk.planning.SCHEMES}}
+    plans = {"planner": plan_for(c.profile, budget), **{s: scheme_plan(s, n) for s in lk.plans.SCHEMES}}
     for name, plan in plans.items():
         model = copy.deepcopy(c.model)
         measured = measure_step(model, torch.optim.Adam(model.parameters()), c.tokens, c.loss, plan)

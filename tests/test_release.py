@@ -7,7 +7,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from labkit.course import release

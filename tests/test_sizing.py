@@ -11,7 +11,8 @@ import pytest
 
 from labkit.env import sizing
 from labkit.__main__ import main
-from labkit.env.profile import Sizes, sizes
+from labkit.env.profile import sizes
+from labkit.env.sizes import Sizes
 
 GIB = 2**30
 HUB_CARDS = (10, 16, 24, 40, 80, 141)  # a MIG slice, a T4, an L4/A10, an A100 40 GB, an A100/H100 80 GB, an H200

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from labkit.course import student
+from labkit.course import student, views
+from labkit.course.catalog import Lab
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,13 +69,12 @@ def test_export_cells_form_the_reference_module():
     nb = make_nb(new_markdown_cell("## Exercise 1.1: g"),
                  new_code_cell("#| export\ndef g():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"),
                  new_code_cell("g()"))
-    text = student.reference_module(nb, "solutions/01_x.ipynb")
+    text = views.reference_module(nb, "solutions/01_x.ipynb")
     assert "do not edit" in text and "def g():\n    return 1\n" in text and "BEGIN" not in text
     ns: dict = {}
     exec(text, ns)
     assert ns["g"]() == 1
-    assert student.module_name(Path("01_x.ipynb")) == "x.py"
-    assert student.reference_module(make_nb(new_code_cell("1")), "n") is None
+    assert views.reference_module(make_nb(new_code_cell("1")), "n") is None
 
 
 def test_each_exported_part_points_home():
@@ -84,7 +84,7 @@ def test_each_exported_part_points_home():
                  new_code_cell("#| export\ndef g():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"),
                  new_markdown_cell("## More"),
                  new_code_cell("#| export\nK = 2"))
-    text = student.reference_module(nb, "solutions/01_x.ipynb")
+    text = views.reference_module(nb, "solutions/01_x.ipynb")
     assert '# Given, section "01 · Title"  (solutions/01_x.ipynb, cell c1)\nimport math' in text
     assert "# Exercise 1.1: g  (solutions/01_x.ipynb, cell c3)\ndef g():" in text
     assert '# Given, section "More"  (solutions/01_x.ipynb, cell c5)\nK = 2' in text
@@ -95,7 +95,7 @@ def test_a_name_exported_twice_is_an_error_naming_both_cells(second):
     nb = make_nb(new_code_cell("#| export\ndef g():\n    return 1"), new_code_cell("print(1)"),
                  new_code_cell("#| export\n" + second))
     with pytest.raises(student.NotebookError, match=r"cells c0 and c2 both define 'g'"):
-        student.reference_module(nb, "solutions/01_x.ipynb")
+        views.reference_module(nb, "solutions/01_x.ipynb")
 
 
 def test_cli_check_fails_on_a_planted_duplicate_export(tmp_path):
@@ -125,6 +125,9 @@ def test_region_without_exercise_heading_is_an_error():
         student.student_view(nb, "t.ipynb")
 
 
+DEMO = (Lab("01", "demo"),)  # the catalog of the kits these tests build
+
+
 def kit(tmp_path: Path, solution_text: str) -> Path:
     (tmp_path / "solutions").mkdir()
     (tmp_path / "notebooks").mkdir()
@@ -139,23 +142,23 @@ def good_solution() -> str:
 
 def test_write_then_check_is_clean_and_detects_drift(tmp_path):
     root = kit(tmp_path, good_solution())
-    assert student.check(root) == ["notebooks/01_demo.ipynb: missing"]
-    student.write(root)
-    assert student.check(root) == []
+    assert views.check(root, DEMO) == ["notebooks/01_demo.ipynb: missing"]
+    views.write(root, DEMO)
+    assert views.check(root, DEMO) == []
     nb = nbformat.read(root / "notebooks" / "01_demo.ipynb", as_version=4)
     nb.cells[1].source += "\n# edited by hand"
     nbformat.write(nb, root / "notebooks" / "01_demo.ipynb")
-    assert student.check(root) == ["notebooks/01_demo.ipynb: out of date (cell 1 differs from the solution's student view)"]
+    assert views.check(root, DEMO) == ["notebooks/01_demo.ipynb: out of date (cell 1 differs from the solution's student view)"]
 
 
 def test_check_reports_leaked_markers_and_orphans(tmp_path):
     root = kit(tmp_path, good_solution())
-    student.write(root)
+    views.write(root, DEMO)
     leaked = make_nb(new_code_cell("### BEGIN SOLUTION\nsecret = 1\n### END SOLUTION"))
     nbformat.write(leaked, root / "notebooks" / "02_orphan.ipynb")
     (root / "labkit" / "reference").mkdir(parents=True)
     (root / "labkit" / "reference" / "gone.py").write_text("x = 1\n")
-    problems = student.check(root)
+    problems = views.check(root, DEMO)
     assert "labkit/reference/gone.py: no solution exports it any more (delete it)" in problems
     assert "notebooks/02_orphan.ipynb: no solutions/02_orphan.ipynb to generate it from" in problems
     assert "notebooks/02_orphan.ipynb, cell 0: a solution marker leaked" in problems
@@ -164,15 +167,16 @@ def test_check_reports_leaked_markers_and_orphans(tmp_path):
 @pytest.mark.parametrize("marker", [student.BEGIN, student.END])
 def test_check_reports_a_lone_leaked_marker(tmp_path, marker):
     root = kit(tmp_path, good_solution())
-    student.write(root)
+    views.write(root, DEMO)
     nb = nbformat.read(root / "notebooks" / "01_demo.ipynb", as_version=4)
     nb.cells.append(new_code_cell(f"x = 1\n{marker}"))
     nbformat.write(nb, root / "notebooks" / "01_demo.ipynb")
-    assert f"notebooks/01_demo.ipynb, cell {len(nb.cells) - 1}: a solution marker leaked" in student.check(root)
+    assert f"notebooks/01_demo.ipynb, cell {len(nb.cells) - 1}: a solution marker leaked" in views.check(root, DEMO)
 
 
-def run_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
-    code = ("import sys, labkit.__main__ as m; from pathlib import Path; "
+def run_cli(root: Path, *args: str, labs: tuple[Lab, ...] = DEMO) -> subprocess.CompletedProcess:
+    code = ("import sys, labkit.__main__ as m, labkit.course.catalog as c; from pathlib import Path; "
+            f"c.LABS = tuple(c.Lab(*lab) for lab in {[(lab.number, lab.name) for lab in labs]!r}); "
             f"m.ROOT = Path({str(root)!r}); sys.exit(m.main({list(args)!r}))")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
 
@@ -190,7 +194,7 @@ def test_cli_unclosed_marker_fails_and_writes_nothing(tmp_path):
 def test_cli_invalid_json_names_the_file_and_writes_nothing(tmp_path):
     root = kit(tmp_path, good_solution())
     (root / "solutions" / "02_broken.ipynb").write_text('{"cells": [')
-    result = run_cli(root, "student")
+    result = run_cli(root, "student", labs=DEMO + (Lab("02", "broken"),))
     assert result.returncode == 2
     assert "02_broken.ipynb: not a valid notebook" in result.stderr
     assert list((root / "notebooks").iterdir()) == []
@@ -204,8 +208,24 @@ def test_cli_check_exits_nonzero_when_stale(tmp_path):
     assert run_cli(root, "student", "--check").returncode == 0
 
 
+def test_a_solution_outside_the_catalog_and_a_lab_without_its_solution_are_named(tmp_path):
+    root = kit(tmp_path, good_solution())
+    (root / "solutions" / "09_stray.ipynb").write_text(good_solution())
+    assert "solutions/09_stray.ipynb: not a lab of the catalog (add it to labkit/course/catalog.py)" in \
+        views.check(root, DEMO)
+    with pytest.raises(student.NotebookError, match="lab 02 of the catalog .* has no solutions/02_gone.ipynb"):
+        views.check(root, DEMO + (Lab("02", "gone"),))
+
+
+def test_the_catalog_is_the_kit_s_labs():
+    from labkit.course.catalog import LABS
+
+    assert [lab.notebook for lab in LABS] == sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
+    assert all(lab.student(ROOT).is_file() for lab in LABS)
+
+
 def test_repository_views_are_current():
-    assert student.check(ROOT) == []
+    assert views.check(ROOT) == []
 
 
 # ---------------------------------------------------------------- properties (Hypothesis)
@@ -321,8 +341,8 @@ def test_no_student_notebook_of_the_kit_shows_nbval_markers():
 
 def test_check_reports_a_leaked_nbval_marker(tmp_path):
     root = kit(tmp_path, good_solution())
-    student.write(root)
+    views.write(root, DEMO)
     nb = nbformat.read(root / "notebooks" / "01_demo.ipynb", as_version=4)
     nb.cells.append(new_code_cell("# NBVAL_SKIP\nx = 1"))
     nbformat.write(nb, root / "notebooks" / "01_demo.ipynb")
-    assert f"notebooks/01_demo.ipynb, cell {len(nb.cells) - 1}: an nbval marker leaked" in student.check(root)
+    assert f"notebooks/01_demo.ipynb, cell {len(nb.cells) - 1}: an nbval marker leaked" in views.check(root, DEMO)

@@ -56,7 +56,8 @@ from torch.utils.checkpoint import checkpoint
 
 from labkit.instruments.meter import MemoryMeter
 from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.env.profile import Sizes, sizes
+from labkit.env.profile import sizes
+from labkit.env.sizes import Sizes
 from labkit.env.ranks import Fault, device_of, launch, on_gpus
 from labkit.instruments.tensors import tensor_storages
 
@@ -79,8 +80,7 @@ def fsdp_config(size: Sizes) -> GPTConfig:
     if size.device == "cuda" and not on_gpus(RANKS):
         size = sizes("cpu")
     batch = RANKS * math.ceil(size.batch / RANKS)
-    return GPTConfig(seq=size.seq, batch=batch, hidden=size.hidden, heads=size.heads, n_layers=size.gpt_layers,
-                     dropout=0.0)
+    return size.gpt(batch=batch, dropout=0.0)
 
 
 def micro_batch(cfg: GPTConfig, rank: int, ranks: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -9,7 +9,8 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from labkit.instruments.meter import MemoryMeter, measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.env.profile import Sizes, sizes
+from labkit.env.profile import sizes
+from labkit.env.sizes import Sizes
 from labkit.instruments.timing import compare
 
 Checkpoint = Callable[..., torch.Tensor]  # checkpoint(fn, *args) -> output
@@ -63,8 +64,7 @@ class RecomputeResult:
 
 def recompute_config(size: Sizes) -> GPTConfig:
     """A stack where activations dominate the step's memory: the profile's GPT sizes, twice the depth."""
-    return GPTConfig(seq=size.seq, batch=size.batch, hidden=size.hidden, heads=size.heads,
-                     n_layers=2 * size.gpt_layers, dropout=0.1)
+    return size.gpt(n_layers=2 * size.gpt_layers, dropout=0.1)
 
 
 def stack_step(model: GPTStack, x: torch.Tensor, run_block: Callable, backward: bool = True) -> Callable[[], Any]:

@@ -21,7 +21,8 @@ from labkit.bench.lab02 import stack_step
 from labkit.instruments.meter import measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.instruments.ops import OpRecord, trace
-from labkit.env.profile import Sizes, sizes
+from labkit.env.profile import sizes
+from labkit.env.sizes import Sizes
 from labkit.instruments.timing import benchmark, compare
 
 __all__ = ["Policy", "long_config", "long_stack", "policy_rows", "policies", "step", "recompute_seconds",
@@ -33,8 +34,7 @@ CORE = "attn.core"  # the submodule Megatron's selective recomputation recompute
 def long_config(size: Sizes | None = None) -> GPTConfig:
     """The profile's long-sequence stack (labs 04-05): attention's (b, a, s, s) tensors dominate its activations."""
     size = size or sizes()
-    return GPTConfig(seq=size.long_seq, batch=size.long_batch, hidden=size.long_hidden, heads=size.long_heads,
-                     n_layers=size.long_layers, dropout=0.1)
+    return size.long_gpt(dropout=0.1)
 
 
 def long_stack(size: Sizes | None = None) -> tuple[GPTStack, torch.Tensor]:

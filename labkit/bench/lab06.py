@@ -22,7 +22,8 @@ from torch.utils.checkpoint import checkpoint
 from labkit.instruments.harness import Scheme, per_block, plain
 from labkit.instruments.meter import MemoryMeter
 from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.env.profile import Sizes, sizes
+from labkit.env.profile import sizes
+from labkit.env.sizes import Sizes
 from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import compare
 
@@ -31,8 +32,7 @@ __all__ = ["train_losses", "rng_config", "SlowLoader", "loader_seconds", "costs"
 
 def rng_config(size: Sizes) -> GPTConfig:
     """The lab's small training stack: the profile's GPT shapes at half the depth and batch, dropout 0.1."""
-    return GPTConfig(seq=size.seq, batch=max(1, size.batch // 2), hidden=size.hidden, heads=size.heads,
-                     n_layers=max(1, size.gpt_layers // 2), dropout=0.1)
+    return size.gpt(batch=max(1, size.batch // 2), n_layers=max(1, size.gpt_layers // 2), dropout=0.1)
 
 
 def train_losses(model: nn.Module, x: torch.Tensor, scheme: Scheme, steps: int, lr: float = 1e-3,

@@ -1,7 +1,7 @@
 """Lab 07's measurements: a plan for a budget against the fixed schemes, and the largest batch each one fits.
 
 ``capstone`` builds the lab's language model (labkit.models.GPT at the profile's GPT shapes) and measures its
-profile (labkit.plans.blocks). ``rows`` runs each plan for real: the meter's peak of a steady training step
+profile (labkit.planners.profiling). ``rows`` runs each plan for real: the meter's peak of a steady training step
 against the predicted one, and the step time over the plain step's (medians of alternating runs) against the
 predicted ratio. ``batch_rows`` finds, by bisection with the meter, the largest batch whose step fits a
 budget under each scheme, the planner re-planning at every batch it tries from the bytes ``at_batch`` draws
@@ -20,14 +20,13 @@ import torch
 from torch import nn
 
 from labkit.models import GPT, GPTConfig, gpt_tokens, next_token_loss
-from labkit.plans.blocks import (
-    SCHEMES, BlockCosts, Option, Profile, Step, applied, describe, largest_batch, measure_step, peak_of,
-    profile_model, scheme_plan, step_ratio,
-)
+from labkit.env.profile import sizes
+from labkit.env.sizes import Sizes
 from labkit.instruments.meter import MemoryMeter
-from labkit.env.profile import Sizes, sizes
 from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import benchmark, compare
+from labkit.planners import applied, largest_batch, measure_step, profile_model
+from labkit.plans import SCHEMES, BlockCosts, Option, Profile, Step, describe, peak_of, scheme_plan, step_ratio
 
 __all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", "MEASURED", "at_batch", "batch_rows",
            "random_profile", "planning_seconds", "train_losses", "plan"]
@@ -36,8 +35,7 @@ __all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", 
 def capstone_config(size: Sizes, batch: int | None = None, dropout: float = 0.1) -> tuple[GPTConfig, int]:
     """The lab's model: the profile's GPT shapes (`batch` sequences, default the profile's) and a vocabulary of
     4 x hidden tokens."""
-    cfg = GPTConfig(seq=size.seq, batch=batch or size.batch, hidden=size.hidden, heads=size.heads,
-                    n_layers=size.gpt_layers, dropout=dropout)
+    cfg = size.gpt(batch=batch or size.batch, dropout=dropout)
     return cfg, 4 * size.hidden
 
 
@@ -147,7 +145,7 @@ OVER = 1.25  # a batch whose predicted peak is this far over the budget is not r
 def batch_rows(size: Sizes, budget: int, planner: Callable[[Profile, int], list[Step] | None],
                reference: Profile, most: int = 64, repeats: int = 3, timed: bool = True) -> list[dict[str, Any]]:
     """For each scheme and the planner: the largest batch (up to `most`) whose steady step's measured peak fits
-    `budget` (labkit.plans.blocks.largest_batch: one measured step per batch tried), and the median step time per
+    `budget` (labkit.planners.applying.largest_batch: one measured step per batch tried), and the median step time per
     sequence at that batch.
 
     Bytes at any batch come from ``at_batch`` (bytes measured at batches 2 and 3): the planner plans from them

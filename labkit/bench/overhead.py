@@ -6,15 +6,16 @@ from typing import Any
 import torch
 
 from labkit.instruments.meter import measure_peak
-from labkit.models import GPTConfig, GPTStack, gpt_input
-from labkit.env.profile import Sizes, sizes
+from labkit.models import GPTStack, gpt_input
+from labkit.env.profile import sizes
+from labkit.env.sizes import Sizes
 from labkit.instruments.timing import compare
 
 
 def meter(size: Sizes | None = None) -> dict[str, Any]:
     """Slowdown of one CPU training step of the GPT stack under the meter (alternating A/B, median ratio)."""
     size = size or sizes()
-    cfg = GPTConfig(seq=size.seq, batch=size.batch, hidden=size.hidden, heads=size.heads, n_layers=size.gpt_layers)
+    cfg = size.gpt()
     model = GPTStack(cfg)
     opt = torch.optim.Adam(model.parameters())
     x = gpt_input(cfg)

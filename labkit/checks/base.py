@@ -10,6 +10,8 @@ import traceback
 from collections.abc import Iterator
 from typing import Any, Callable
 
+from labkit.checks.stubs import stub_of
+
 Known = tuple[tuple[str, str], ...]  # (text in an error message, the hint it calls for)
 _LABKIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,7 +68,7 @@ def student_failure(ex: str, what: str, e: Exception, hint: str, known: Known = 
     """The CheckFailure (or NotAttempted) that exception `e` of student code stands for."""
     if isinstance(e, CheckFailure):
         return e
-    if isinstance(e, NotImplementedError) and str(e).startswith("Exercise "):
+    if stub_of(e) is not None:
         return NotAttempted(ex, str(e))
     hint = next((h for text, h in known if text in str(e)), hint)
     message = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else ""
@@ -90,7 +92,7 @@ def attempt(ex: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except NotImplementedError as e:
-        if str(e).startswith("Exercise "):
+        if stub_of(e) is not None:
             raise NotAttempted(ex, str(e)) from None
         raise
 

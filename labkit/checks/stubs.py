@@ -1,27 +1,48 @@
-"""How a stub shows in a notebook: one line naming the exercise, not a traceback that looks like a bug.
+"""The stub contract: what an exercise's stub is, written once for everyone who makes or meets one.
 
-The student generator (labkit.course.student) replaces each solution with
-`raise NotImplementedError("Exercise N.M: title")`. A cell that uses an
-answer not written yet runs into that stub; in a kernel, `import labkit`
-registers a handler that prints what it is and what to do. The error stays
-a NotImplementedError (Run All goes on past the cell's `raises-exception`
-tag, and tests see the same exception); any other NotImplementedError gets
-IPython's usual traceback.
+The student generator (labkit.course.student) replaces each solution region with ``stub_lines``: `# YOUR CODE
+HERE` and `raise NotImplementedError("Exercise N.M: title")`. The checkers (labkit.checks.base) tell a stub from
+any other error by ``stub_of``; the grader (labkit.course.grade) finds the stub cells of a pristine notebook by
+``IN_SOURCE``. In a kernel, `import labkit` registers a handler (``install``) that shows a stub's error as one
+line naming the exercise and what to do, not a traceback that looks like a bug. The error stays a
+NotImplementedError (Run All goes on past the cell's `raises-exception` tag, and tests see the same exception);
+any other NotImplementedError gets IPython's usual traceback.
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
-STUB = re.compile(r"^Exercise (\d+\.\d+): (.+)$")
+__all__ = ["IN_SOURCE", "stub_message", "stub_lines", "stub_of", "message", "install"]
+
+_MESSAGE = re.compile(r"^Exercise (\d+\.\d+): (.+)$")
+IN_SOURCE = re.compile(r'raise NotImplementedError\("Exercise (\d+\.\d+)')  # a stub in a cell's source
+
+
+def stub_message(exercise: str, title: str) -> str:
+    """The stub's error message for Exercise `exercise` ("2.1") titled `title`."""
+    return f"Exercise {exercise}: {title}"
+
+
+def stub_lines(exercise: str, title: str, indent: str) -> list[str]:
+    """The lines that replace a solution region, at the region's indentation."""
+    return [f"{indent}# YOUR CODE HERE\n",
+            f"{indent}raise NotImplementedError({json.dumps(stub_message(exercise, title))})\n"]
+
+
+def stub_of(error: BaseException) -> tuple[str, str] | None:
+    """(exercise, title) when `error` is a stub's NotImplementedError; None for any other error."""
+    found = _MESSAGE.match(str(error)) if isinstance(error, NotImplementedError) else None
+    return None if found is None else (found.group(1), found.group(2))
 
 
 def message(error: BaseException) -> str | None:
     """The line a stub's error is shown as; None for any other error."""
-    found = STUB.match(str(error)) if isinstance(error, NotImplementedError) else None
+    found = stub_of(error)
     if found is None:
         return None
-    number, title = found.groups()
+    number, title = found
     lab = f"{int(number.split('.')[0]):02d}"
     return (f"NotImplementedError: this cell needs Exercise {number} ({title}), which is not written yet. "
             f"Write it in lab {lab}'s notebook, under '## Exercise {number}', run that cell, then run this "

@@ -19,7 +19,18 @@ from unittest import mock
 
 import torch
 
+from labkit.course.catalog import LABS, Lab
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def sizing_labs() -> list[Lab]:
+    """The labs whose peak labkit.env.sizing predicts (every lab that puts tensors on the device)."""
+    from labkit.env.sizing import lab_peaks
+    from labkit.env.sizes import FIXED
+
+    predicted = lab_peaks(FIXED["tiny"])
+    return [lab for lab in LABS if lab.number in predicted]
 
 
 @dataclass
@@ -47,12 +58,11 @@ def _gpu_tests() -> Row:
 def _meter_vs_allocator() -> Row:
     """The meter's peak growth against torch.cuda.max_memory_allocated over one GPT training step."""
     from labkit.instruments.meter import MemoryMeter
-    from labkit.models import GPTConfig, GPTStack, gpt_input
+    from labkit.models import GPTStack, gpt_input
     from labkit.env.profile import sizes
 
     size = sizes("gpu")
-    cfg = GPTConfig(seq=size.seq, batch=size.batch, hidden=size.hidden, heads=size.heads,
-                    n_layers=size.gpt_layers, dtype=torch.bfloat16)
+    cfg = size.gpt(dtype=torch.bfloat16)
     model = GPTStack(cfg).cuda()
     opt = torch.optim.Adam(model.parameters())
     x = gpt_input(cfg).cuda()
@@ -113,7 +123,7 @@ print("LABKIT-PEAK " + json.dumps({"measured": max([p for p, _ in _cell_peaks], 
 
 
 def lab_peaks(memory: str, deadline: float) -> list[Row]:
-    """Execute each solution notebook 01-05 on the gpu profile as on a card of `memory` (LABKIT_GPU_MEMORY caps
+    """Execute each solution notebook that sizing predicts a peak for (01-07) on the gpu profile as on a card of `memory` (LABKIT_GPU_MEMORY caps
     the allocator there): the allocator's peak against the lab's predicted peak. Labs not started by
     `deadline` (time.monotonic()) are reported as skipped."""
     import nbformat
@@ -121,8 +131,8 @@ def lab_peaks(memory: str, deadline: float) -> list[Row]:
 
     rows: list[Row] = []
     with mock.patch.dict(os.environ, {"LABKIT_PROFILE": "gpu", "LABKIT_GPU_MEMORY": memory}):
-        for path in sorted((ROOT / "solutions").glob("0[1-9]_*.ipynb")):
-            lab = path.name[:2]
+        for entry in sizing_labs():
+            path, lab = entry.solution(ROOT), entry.number
             if time.monotonic() > deadline:
                 rows.append(Row(f"lab {lab} peak on {memory}", "skipped: out of time", "measured <= predicted", False))
                 continue

@@ -19,6 +19,7 @@ from pathlib import Path
 import nbformat
 
 from labkit.course import student
+from labkit.course.catalog import LABS
 
 STUDENT_README = """# Activation checkpointing, hands on: {labs}
 
@@ -51,8 +52,8 @@ class ReleaseError(ValueError):
 
 
 def labs(root: Path) -> dict[str, Path]:
-    """The kit's labs by number ("02"), each its solution notebook."""
-    return {p.name[:2]: p for p in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))}
+    """The kit's labs by number ("02"), each its solution notebook (the catalog's labs)."""
+    return {lab.number: lab.solution(root) for lab in LABS}
 
 
 def parse_labs(text: str | None, available: dict[str, Path], in_order: bool = True) -> list[str]:
@@ -77,7 +78,7 @@ def parse_labs(text: str | None, available: dict[str, Path], in_order: bool = Tr
 
 def withheld(root: Path, chosen: list[str]) -> list[str]:
     """labkit/reference modules a bundle of `chosen` leaves out: those of the released labs and every later one."""
-    return [student.module_name(path) for number, path in labs(root).items() if number >= chosen[0]]
+    return [f"{lab.module}.py" for lab in LABS if lab.number >= chosen[0]]
 
 
 def package(root: Path, dest: Path, chosen: list[str]) -> Path:

@@ -16,6 +16,8 @@ from pathlib import Path
 import nbformat
 from nbconvert import HTMLExporter
 
+from labkit.course.catalog import LABS
+
 TITLE = re.compile(r"^#\s+(.+?)\s*$", re.M)
 INDEX_TITLE = "Activation checkpointing, hands on: the solved labs"
 
@@ -59,10 +61,12 @@ def _local_links(source: str) -> str:
 
 
 def build(solutions: Path, out: Path) -> list[Path]:
-    """Write the site of every `NN_name.ipynb` in `solutions` into `out`; the pages written, index first."""
-    notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
-    if not notebooks:
-        raise FileNotFoundError(f"{solutions}: no NN_name.ipynb notebooks to build a site from")
+    """Write the site of every lab of the catalog, from its solution in `solutions`, into `out`; the pages
+    written, index first."""
+    notebooks = [solutions / lab.notebook for lab in LABS]
+    missing = [p.name for p in notebooks if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{solutions}: no {', '.join(missing)} to build the site from")
     read = [nbformat.read(path, as_version=4) for path in notebooks]
     pages = [(f"{path.stem}.html", _title(nb, path.stem)) for path, nb in zip(notebooks, read)]
     exporter = HTMLExporter(template_name="lab")

@@ -7,7 +7,7 @@
     (a name an exercise cell defines, or an earlier lab's, imported from labkit.labs)
     tagged `raises-exception`, so Run All in JupyterLab goes past a stub to the
     end of the lab; nbval's `# NBVAL_...` marker lines dropped; everything else identical;
-  * `labkit/reference/name.py`: the code cells whose first line is `#| export`,
+  * (views.py) `labkit/reference/name.py`: the code cells whose first line is `#| export`,
     markers removed, so benchmarks and later labs import the very text the
     solution shows (docs/design.md, "One truth").
 The exercise id and title come from the closest `## Exercise N.M: title`
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+
+from labkit.checks.stubs import stub_lines
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -44,9 +46,8 @@ class Exercise:
     title: str
 
     def stub(self, indent: str) -> list[str]:
-        """Lines that replace the solution region, at the region's indentation."""
-        message = json.dumps(f"Exercise {self.id}: {self.title}")
-        return [f"{indent}# YOUR CODE HERE\n", f"{indent}raise NotImplementedError({message})\n"]
+        """Lines that replace the solution region, at the region's indentation (the stub contract)."""
+        return stub_lines(self.id, self.title, indent)
 
 
 def read(path: Path) -> nbformat.NotebookNode:
@@ -59,7 +60,7 @@ def read(path: Path) -> nbformat.NotebookNode:
         raise NotebookError(f"{path}: cannot be read ({e})") from None
 
 
-def _regions(lines: list[str], where: str) -> list[tuple[int, int]]:
+def solution_regions(lines: list[str], where: str) -> list[tuple[int, int]]:
     """(begin, end) line indices of the solution regions; errors name the line."""
     regions, begin = [], None
     for i, line in enumerate(lines):
@@ -81,7 +82,7 @@ def _regions(lines: list[str], where: str) -> list[tuple[int, int]]:
 def stub_source(source: str, exercise: Exercise | None, where: str) -> str:
     """The student version of one code cell's source."""
     lines = source.splitlines(keepends=True)
-    regions = _regions(lines, where)
+    regions = solution_regions(lines, where)
     if regions and exercise is None:
         raise NotebookError(f"{where}: a solution region with no '## Exercise N.M: title' heading above it")
     for begin, end in reversed(regions):
@@ -93,7 +94,7 @@ def stub_source(source: str, exercise: Exercise | None, where: str) -> str:
 def export_source(source: str, where: str) -> str:
     """The exported text of a `#| export` cell: first line and markers removed."""
     lines = source.splitlines(keepends=True)
-    _regions(lines, where)  # validates
+    solution_regions(lines, where)  # validates
     kept = [l for l in lines[1:] if l.strip() not in (BEGIN, END)]
     return "".join(kept).strip("\n") + "\n"
 
@@ -177,146 +178,3 @@ def uses_answers(cells: list, answers: dict[int, str], name: str) -> list[int]:
             found.append(index)
         tainted |= from_reference
     return found
-
-
-def _defined_names(source: str, where: str) -> set[str]:
-    """Top-level names a code cell defines (functions, classes, assignments; imports left out)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        raise NotebookError(f"{where}: not valid Python ({e.msg}, line {e.lineno})") from None
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {t.id for t in targets if isinstance(t, ast.Name)}
-    return names
-
-
-def _section(cells: list, index: int) -> str:
-    """The closest `##` heading above cell `index` (the notebook's title if there is none)."""
-    for cell in reversed(cells[:index]):
-        if cell.cell_type == "markdown":
-            found = re.findall(r"^#{1,3}\s+(.+?)\s*$", cell.source, re.M)
-            if found:
-                return found[-1]
-    return "top"
-
-
-def _part_header(nb: nbformat.NotebookNode, index: int, exercise: Exercise | None, name: str) -> str:
-    """`# Exercise 2.1: title` for an answer cell, `# Given, section "..."` otherwise; and where it comes from."""
-    cell = nb.cells[index]
-    where = f"{name}, cell {cell.get('id', index)}"
-    if exercise is not None and _regions(cell.source.splitlines(keepends=True), where):
-        return f"# Exercise {exercise.id}: {exercise.title}  ({where})"
-    return f'# Given, section "{_section(nb.cells, index)}"  ({where})'
-
-
-def reference_module(nb: nbformat.NotebookNode, name: str) -> str | None:
-    """Text of the generated module for notebook `name`, or None if it exports nothing.
-
-    Each part is headed by the exercise it answers (or says it is given), with the cell it comes from; two
-    export cells defining one top-level name are an error (the later would silently win).
-    """
-    parts, owner = [], {}
-    exercise = None
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "markdown" and HEADING.findall(cell.source):
-            exercise = Exercise(*HEADING.findall(cell.source)[-1])
-        if cell.cell_type != "code" or not cell.source.startswith(EXPORT):
-            continue
-        where = f"{name}, cell {cell.get('id', index)}"
-        text = export_source(cell.source, where)
-        for defined in sorted(_defined_names(text, where)):
-            if defined in owner:
-                raise NotebookError(f"{name}: cells {owner[defined]} and {cell.get('id', index)} both define "
-                                    f"{defined!r}; in the generated module the later would silently win")
-            owner[defined] = cell.get("id", index)
-        parts.append(_part_header(nb, index, exercise, name) + "\n" + text)
-    if not parts:
-        return None
-    header = (
-        f'"""Reference code of {name}, generated by `python -m labkit student`; do not edit.\n\n'
-        f"The solution notebook is the source: edit its `{EXPORT}` cells, then run `make student`.\n"
-        '"""\n'
-    )
-    return header + "\n\n".join(parts)
-
-
-def module_name(notebook: Path) -> str:
-    """labkit.reference module file for a notebook: `02_recompute.ipynb` -> `recompute.py`."""
-    return re.sub(r"^\d+_", "", notebook.stem) + ".py"
-
-
-def labs_module(notebook: Path) -> str:
-    """Text of `labkit/labs/NAME.py`: the names of a lab's code, from the reference or the student's notebook."""
-    module = module_name(notebook)[:-3]
-    return (f'"""Lab {notebook.name[:2]}\'s code, the `{EXPORT}` cells of {notebook.name}; generated by '
-            f'`python -m labkit student`.\n\n'
-            f"The reference answers (labkit.reference.{module}) where the kit ships them, else your own "
-            f"{notebook.name}:\nsee labkit/labs/__init__.py.\n\"\"\"\n"
-            f"from labkit.labs import lab_code\n\nglobals().update(lab_code({module!r}, {notebook.name!r}))\n")
-
-
-def _views(solutions: Path, root: Path) -> dict[Path, str]:
-    """Every generated file (path -> text), computed in memory before anything is written."""
-    views: dict[Path, str] = {}
-    for path in sorted(solutions.glob("*.ipynb")):
-        nb = read(path)
-        name = f"solutions/{path.name}"
-        views[root / "notebooks" / path.name] = nbformat.writes(student_view(nb, name)) + "\n"
-        module = reference_module(nb, name)
-        if module is not None:
-            views[root / "labkit" / "reference" / module_name(path)] = module
-            views[root / "labkit" / "labs" / module_name(path)] = labs_module(path)
-    return views
-
-
-def write(root: Path) -> list[Path]:
-    """Regenerate notebooks/ and labkit/reference/ from solutions/; returns the files written."""
-    views = _views(root / "solutions", root)
-    for path, text in views.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return list(views)
-
-
-def _first_difference(expected: str, path: Path) -> str:
-    """Where a stale notebook first differs from its generated view."""
-    want = nbformat.reads(expected, as_version=4).cells
-    try:
-        have = read(path).cells
-    except NotebookError as e:
-        return str(e)
-    for index, (a, b) in enumerate(zip(want, have)):
-        if a != b:
-            return f"cell {index} differs from the solution's student view"
-    return f"has {len(have)} cells, the solution's student view has {len(want)}"
-
-
-def check(root: Path) -> list[str]:
-    """Problems that make notebooks/ or labkit/reference/ stale; empty when current."""
-    problems = []
-    views = _views(root / "solutions", root)
-    for path, text in views.items():
-        rel = path.relative_to(root)
-        if not path.exists():
-            problems.append(f"{rel}: missing")
-        elif path.read_text() != text:
-            detail = _first_difference(text, path) if path.suffix == ".ipynb" else "differs from the solution's export cells"
-            problems.append(f"{rel}: out of date ({detail})")
-    for folder in ("reference", "labs"):
-        for path in sorted((root / "labkit" / folder).glob("*.py")):
-            if path.name != "__init__.py" and path not in views:
-                problems.append(f"labkit/{folder}/{path.name}: no solution exports it any more (delete it)")
-    for path in sorted((root / "notebooks").glob("*.ipynb")):
-        if path not in views:
-            problems.append(f"notebooks/{path.name}: no solutions/{path.name} to generate it from")
-        for index, cell in enumerate(read(path).cells):
-            if BEGIN in cell.source or END in cell.source:
-                problems.append(f"notebooks/{path.name}, cell {index}: a solution marker leaked")
-            if cell.cell_type == "code" and strip_nbval(cell.source) != cell.source:
-                problems.append(f"notebooks/{path.name}, cell {index}: an nbval marker leaked")
-    return problems

@@ -9,52 +9,10 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from dataclasses import dataclass
-
 import torch
 
-PROFILES = ("tiny", "cpu", "gpu")
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """Problem sizes of one profile; every lab reads its sizes from here."""
-
-    name: str  # "tiny" | "cpu" | "gpu"
-    device: str  # where the labs put tensors: "cpu" or "cuda"
-    # MLP chain: n_layers Linear+ReLU blocks of `width`, batch `batch`
-    mlp_layers: int
-    mlp_width: int
-    mlp_batch: int
-    # GPT stack (Megatron layout): sequence s, batch b, hidden h, heads a
-    seq: int
-    batch: int
-    hidden: int
-    heads: int
-    gpt_layers: int
-    repeats: int  # timing repeats per measurement
-    # chains of lab 03: Linear(width, width) + ReLU layers at batch chain_batch, of each length in chain_layers
-    chain_width: int = 32
-    chain_batch: int = 8
-    chain_layers: tuple[int, ...] = (4, 16)
-    # labs 04-05: a long-sequence GPT stack, where attention's (b, a, s, s) tensors dominate (5as/h >> 34)
-    long_seq: int = 32
-    long_batch: int = 1
-    long_hidden: int = 16
-    long_heads: int = 2
-    long_layers: int = 2
-
-
-_SIZES = {
-    "tiny": Sizes("tiny", "cpu", mlp_layers=4, mlp_width=32, mlp_batch=8,
-                  seq=16, batch=2, hidden=32, heads=2, gpt_layers=2, repeats=3,
-                  chain_width=32, chain_batch=8, chain_layers=(4, 16),
-                  long_seq=32, long_batch=1, long_hidden=16, long_heads=2, long_layers=2),
-    "cpu": Sizes("cpu", "cpu", mlp_layers=16, mlp_width=256, mlp_batch=256,
-                 seq=128, batch=4, hidden=128, heads=4, gpt_layers=4, repeats=7,
-                 chain_width=512, chain_batch=256, chain_layers=(16, 64),
-                 long_seq=1024, long_batch=1, long_hidden=128, long_heads=2, long_layers=2),
-}
+from labkit.env.sizes import FIXED, PROFILES, Sizes
+from labkit.env.sizing import Choice, choose, parse_bytes
 
 
 def profile() -> str:
@@ -74,17 +32,15 @@ def sizes(name: str | None = None) -> Sizes:
     name = profile() if name is None else name
     if name == "gpu":
         return gpu_choice().sizes
-    if name not in _SIZES:
+    if name not in FIXED:
         raise ValueError(f"profile {name!r} is unknown; choose one of {', '.join(PROFILES)}")
-    return _SIZES[name]
+    return FIXED[name]
 
 
-def gpu_choice():  # -> labkit.env.sizing.Choice
+def gpu_choice() -> Choice:
     """The gpu profile's sizes for this process's GPU, and why: chosen once per process and value of
     $LABKIT_GPU_MEMORY, so that every cell of a lab sees the same sizes. The allocator's cap follows the
     variable's current value on every call (lifted when it is unset)."""
-    from labkit.env.sizing import parse_bytes
-
     cap = os.environ.get("LABKIT_GPU_MEMORY", "").strip()
     if not torch.cuda.is_available():
         raise ValueError("the gpu profile is sized from a CUDA device's free memory, and torch sees no CUDA "
@@ -100,9 +56,7 @@ def gpu_choice():  # -> labkit.env.sizing.Choice
 
 
 @functools.cache
-def _gpu_choice(limit: int | None):  # -> labkit.env.sizing.Choice
-    from labkit.env.sizing import choose
-
+def _gpu_choice(limit: int | None) -> Choice:
     free, _ = torch.cuda.mem_get_info()
     choice = choose(min(free, limit) if limit else free)
     if choice.profile != "gpu":

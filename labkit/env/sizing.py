@@ -18,20 +18,12 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
+from labkit.env.sizes import FIXED, GPU_SHAPES, MEASURE_SIZES, Sizes
 from labkit.models import GPTConfig, gpt_param_count, korthikanti_bytes
-from labkit.env.profile import Sizes
-from labkit.instruments.roofline import MEASURE_SIZES
 
 FRACTION = 0.7  # each lab's predicted peak stays under this share of the memory free
 FLOOR_BYTES = 4 * 2**30  # below this much free memory the GPU is too small: the cpu sizes are used
 MAX_SCALE = 4096
-
-# The shapes at scale 1, which fit the floor: GPT-2 small's width (h = 768, a = 12) at s = 512, and a
-# long-sequence stack with 5as/h = 160. Every batch below is multiplied by the scale.
-GPU_SHAPES = Sizes("gpu", "cuda", mlp_layers=32, mlp_width=1024, mlp_batch=512,
-                   seq=512, batch=1, hidden=768, heads=12, gpt_layers=8, repeats=20,
-                   chain_width=512, chain_batch=1024, chain_layers=(16, 64, 256),
-                   long_seq=2048, long_batch=1, long_hidden=512, long_heads=8, long_layers=2)
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -89,26 +81,16 @@ def _chain_step(n_layers: int, width: int, batch: int, param_copies: int) -> int
     return param_copies * params + (n_layers + 5) * batch * width * 4
 
 
-def _gpt(size: Sizes, n_layers: int, dtype: torch.dtype = torch.float32) -> GPTConfig:
-    return GPTConfig(seq=size.seq, batch=size.batch, hidden=size.hidden, heads=size.heads, n_layers=n_layers,
-                     dtype=dtype)
-
-
-def _long(size: Sizes) -> GPTConfig:
-    return GPTConfig(seq=size.long_seq, batch=size.long_batch, hidden=size.long_hidden, heads=size.long_heads,
-                     n_layers=size.long_layers)
-
-
 def lab_peaks(size: Sizes) -> dict[str, int]:
     """Predicted peak bytes on the device of each lab that puts tensors there (01-07), at `size`: its largest
     step, and what its notebook keeps alive beside it (checked against the allocator by `labkit gpu-check`)."""
     mlp_params = size.mlp_layers * (size.mlp_width ** 2 + size.mlp_width) * 4
-    stack = _gpt(size, size.gpt_layers, torch.bfloat16)
+    stack = size.gpt(dtype=torch.bfloat16)
     stack_params = gpt_param_count(stack) * 2
     sides, mib, draws, special = MEASURE_SIZES[size.name]
     ceilings = max(3 * max(sides) ** 2 * 4, 2 * mib * 2**20, 4 * draws, 8 * special)
-    long = _long(size)
-    deep = _gpt(size, size.gpt_layers)
+    long = size.long_gpt()
+    deep = size.gpt()
     small = replace(deep, n_layers=max(1, size.gpt_layers // 2), batch=max(1, size.batch // 2))
     wide_params = 4 * (1024 ** 2 + 1024) * 4  # the lab's wide MLP: 4 layers of width 1024 on every profile
     logits = 4 * size.batch * size.seq * 4 * size.hidden * 4  # lab 07: four (b, s, vocab = 4h) float32 tensors
@@ -120,7 +102,7 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
                   mlp_params + 4 * stack_params + _gpt_step(stack, 5)),
         # the comparison's stack, twice as deep, float32: weights, gradients and one cloned set; beside it
         # the ledger `plain`, whose output holds one block's graph
-        "02": _gpt_step(_gpt(size, 2 * size.gpt_layers), 3) + korthikanti_bytes(_gpt(size, 1)),
+        "02": _gpt_step(size.gpt(n_layers=2 * size.gpt_layers), 3) + korthikanti_bytes(size.gpt(n_layers=1)),
         # the longest chain: weights, gradients and one cloned set, beside the notebook's `long_model` (weights
         # and gradients) and the chain of the length before (the same again, at most)
         "03": _chain_step(max(size.chain_layers), size.chain_width, size.chain_batch, 6),
@@ -162,13 +144,11 @@ class Choice:
 def choose(memory_bytes: int, fraction: float = FRACTION) -> Choice:
     """The largest scale whose every lab peak is at most `fraction` of `memory_bytes`; the cpu sizes,
     with a note saying so, when the memory is below FLOOR_BYTES."""
-    from labkit.env.profile import sizes
-
     memory_bytes = parse_bytes(memory_bytes)
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction={fraction!r} must be in (0, 1]")
     if memory_bytes < FLOOR_BYTES:
-        cpu = sizes("cpu")
+        cpu = FIXED["cpu"]
         return Choice(memory_bytes, "cpu", cpu, 0, lab_peaks(cpu),
                       f"{memory_bytes / 2**30:.1f} GiB free is below the {FLOOR_BYTES / 2**30:g} GiB floor: "
                       "the GPU is too small for the gpu profile, so the labs run on the CPU at the cpu sizes")

@@ -12,7 +12,9 @@ compares everything that should match and reports each item by name:
   and device of one its forward made (what ``torch.utils.checkpoint``'s ``determinism_check`` compares).
 
 Each item is a ``Difference``: bitwise equal, or how far apart (largest absolute and relative error), or why
-the two cannot be compared (a missing gradient, another shape or dtype). A scheme is a function
+the two cannot be compared (a missing gradient, another shape or dtype). Comparing two tensors so is Exercise
+6.1 of lab 06; the harness takes that comparison as its argument, ``compare_step(..., difference=...)``: in the
+lab it is the student's own, in the checkers their independent oracle. A scheme is a function
 ``scheme(model, x) -> output``; ``per_block(wrap)`` makes one that runs each block of the model through
 ``wrap(forward, x)``, e.g. ``per_block(lambda f, x: checkpoint(f, x, use_reentrant=False))``.
 """
@@ -30,12 +32,13 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from labkit.instruments.blocks import wrap_blocks
 from labkit.instruments.tensors import check_callable, cuda_devices, op_name
 
-__all__ = ["Scheme", "Difference", "Report", "difference", "compare_step", "plain", "per_block", "blocks_of", "wrap_blocks", "wrapped"]
+__all__ = ["Scheme", "Compare", "Difference", "Report", "compare_step", "plain", "per_block"]
 
 Scheme = Callable[[nn.Module, torch.Tensor], Any]
-_INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+Compare = Callable[[str, "torch.Tensor | None", "torch.Tensor | None"], "Difference"]  # difference(name, a, b)
 
 
 @dataclass(frozen=True)
@@ -54,35 +57,6 @@ class Difference:
         if self.detail:
             return f"{self.name}: {self.detail}"
         return f"{self.name}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bits as integers of its element size: -0.0 and 0.0 differ, a NaN equals its own bits."""
-    t = t.detach().contiguous()
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    return t.view(_INTS[t.element_size()]) if t.dtype != torch.bool else t.to(torch.uint8)
-
-
-def difference(name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> Difference:
-    """Compare baseline `a` with `b`: bitwise, else the largest absolute and relative error."""
-    if a is None or b is None:
-        if a is None and b is None:
-            return Difference(name, True)
-        return Difference(name, False, math.inf, math.inf, f"{'missing in the baseline' if a is None else 'missing'}")
-    meta = [f"{what} {x} vs {y}" for what, x, y in (("shape", tuple(a.shape), tuple(b.shape)),
-                                                     ("dtype", a.dtype, b.dtype), ("device", a.device, b.device))
-            if x != y]
-    if meta:
-        return Difference(name, False, math.inf, math.inf, "; ".join(meta))
-    differ = _bits(a) != _bits(b)
-    if a.numel() == 0 or not differ.any():
-        return Difference(name, True)
-    a64, b64 = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
-    max_abs = (a64 - b64)[differ.cpu()].abs().max().item()  # only where the bits differ: inf - inf is no error
-    scale = a64.abs().max().item()
-    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
-    return Difference(name, False, max_abs, max_rel)
 
 
 @dataclass
@@ -124,34 +98,6 @@ class Report:
 
 
 # ---------------------------------------------------------------- schemes
-def blocks_of(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(fqn, module) of each block of `model`: the items of its `blocks` (or `layers`) list."""
-    for name in ("blocks", "layers"):
-        found = getattr(model, name, None)
-        if isinstance(found, (nn.ModuleList, nn.Sequential)) and len(found):
-            return [(f"{name}.{i}", m) for i, m in enumerate(found)]
-    raise ValueError(f"{type(model).__name__} has no blocks: a scheme applied per block needs a model with a "
-                     "non-empty `blocks` (nn.ModuleList) or `layers` (nn.Sequential) of blocks")
-
-
-@contextlib.contextmanager
-def wrapped(modules: Sequence[nn.Module], wrap: Callable[..., Any]) -> Iterator[None]:
-    """While inside, calling one of `modules` runs wrap(its forward, *args, **kwargs) instead of its forward."""
-    check_callable(wrap, "wrapped", "wrap")
-    for m in modules:
-        m.forward = (lambda f: lambda *a, **k: wrap(f, *a, **k))(m.forward)
-    try:
-        yield
-    finally:
-        for m in modules:
-            del m.forward  # the instance attribute goes; the class's forward shows again
-
-
-def wrap_blocks(model: nn.Module, wrap: Callable[..., Any]) -> contextlib.AbstractContextManager[None]:
-    """While inside, calling a block of `model` runs wrap(its forward, *args) instead of forward(*args)."""
-    return wrapped([m for _, m in blocks_of(model)], wrap)
-
-
 def plain(model: nn.Module, x: torch.Tensor) -> Any:
     """The step without checkpointing."""
     return model(x)
@@ -243,8 +189,10 @@ def _metadata(step: _Step) -> Difference:
 
 
 def _rng(name: str, a: torch.Tensor, b: torch.Tensor | None) -> Difference:
-    same = difference(name, a, b)
-    return same if same.bitwise else Difference(name, False, math.inf, math.inf, "the generator is in another state")
+    """A generator's state (a uint8 tensor) after both steps: the same bytes, or another state."""
+    if b is not None and torch.equal(a, b):
+        return Difference(name, True)
+    return Difference(name, False, math.inf, math.inf, "the generator is in another state")
 
 
 def _mean_square(output: Any) -> torch.Tensor:
@@ -252,10 +200,20 @@ def _mean_square(output: Any) -> torch.Tensor:
                         if isinstance(t, torch.Tensor) and t.is_floating_point()]).sum()
 
 
-def compare_step(model: nn.Module, x: torch.Tensor, scheme: Scheme, *, baseline: Scheme = plain,
-                 loss_fn: Callable[[Any], torch.Tensor] | None = None, seed: int = 0) -> Report:
+def _compared(compare: Compare, name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> Difference:
+    found = compare(name, a, b)
+    if not isinstance(found, Difference):
+        raise TypeError(f"compare_step: difference({name!r}, ...) returned {type(found).__name__} {found!r:.60}, "
+                        "not a Difference")
+    return found
+
+
+def compare_step(model: nn.Module, x: torch.Tensor, scheme: Scheme, *, difference: Compare,
+                 baseline: Scheme = plain, loss_fn: Callable[[Any], torch.Tensor] | None = None,
+                 seed: int = 0) -> Report:
     """One training step of copies of `model` on `x` under `baseline` and under `scheme`, from the same state
-    and seed (`model` itself is left as it was); every item compared by name (see the module's doc).
+    and seed (`model` itself is left as it was); every item compared by name with `difference` (see the
+    module's doc).
 
     loss_fn(output) -> scalar; default the mean square of the output. If the scheme's step raises, the
     report says so (its `error`) with what could still be compared: a scheme that refuses is a finding."""
@@ -265,6 +223,7 @@ def compare_step(model: nn.Module, x: torch.Tensor, scheme: Scheme, *, baseline:
         raise TypeError(f"compare_step: x must be a tensor, got {type(x).__name__}")
     check_callable(scheme, "compare_step", "scheme")
     check_callable(baseline, "compare_step", "baseline")
+    check_callable(difference, "compare_step", "difference")
     loss_fn = _mean_square if loss_fn is None else loss_fn
     a = _run(model, x, baseline, loss_fn, seed)
     if a.error:
@@ -275,12 +234,14 @@ def compare_step(model: nn.Module, x: torch.Tensor, scheme: Scheme, *, baseline:
         return Report(error=f"{type(e).__name__} in forward: {_first_line(e)}")
     out_a = [t for t in tree_leaves(a.output) if isinstance(t, torch.Tensor)]
     out_b = [t for t in tree_leaves(b.output) if isinstance(t, torch.Tensor)]
-    items = [difference("output" if len(out_a) == 1 else f"output {i}", s, t)
-             for i, (s, t) in enumerate(zip(out_a, out_b))]
-    items += [difference("loss", a.loss, b.loss), _metadata(b)]
+    pairs = [("output" if len(out_a) == 1 else f"output {i}", s, t) for i, (s, t) in enumerate(zip(out_a, out_b))]
+    pairs.append(("loss", a.loss, b.loss))
     if not b.error:  # after a backward that raised, gradients and generators are half-way: not compared
-        items += [difference("grad input", a.input_grad, b.input_grad)]
-        items += [difference(f"grad {n}", g, b.grads.get(n)) for n, g in a.grads.items()]
-        items += [difference(f"buffer {n}", t, b.buffers.get(n)) for n, t in a.buffers.items()]
+        pairs.append(("grad input", a.input_grad, b.input_grad))
+        pairs += [(f"grad {n}", g, b.grads.get(n)) for n, g in a.grads.items()]
+        pairs += [(f"buffer {n}", t, b.buffers.get(n)) for n, t in a.buffers.items()]
+    items = [_compared(difference, *pair) for pair in pairs]
+    items.insert(len(out_a) + 1, _metadata(b))  # after the output and the loss, as the module's doc lists them
+    if not b.error:
         items += [_rng(f"rng {d}", s, b.rng.get(d)) for d, s in a.rng.items()]
     return Report(items, b.error)

@@ -1,18 +1,21 @@
-"""Roofline: each op of a trace (labkit.instruments.ops) against the ceilings of the machine it ran on.
+"""Roofline: the ceilings of the machine an op of a trace (labkit.instruments.ops) ran on, and what places the
+op under them. The roofline time itself, the largest of an op's compute, memory and random terms, is Exercise
+5.1 of lab 05: the kit uses it from there (labkit.labs.roofline), never writes it again here.
 
 An op cannot run faster than its slowest resource allows. The rules this file applies:
 
 Rule 1. Measured ceilings bound an op's time. Compute: its FLOPs over the peak matmul FLOP/s or, for an op
    that applies a transcendental per element (exp in softmax, erf in GELU), their count over the measured
-   exp rate, whichever is longer (a CPU evaluates exp as a polynomial on its vector units, far below the
-   matmul peak; a GPU has special-function units of their own). Memory: its bytes over the bandwidth.
-   Random: for an op that draws random numbers, its draws over the generator's rate. The predicted time is
-   the largest of the three, and the op is "compute", "memory" or "random" bound after it.
+   exp rate (TRANSCENDENTALS_PER_ELEMENT), whichever is longer (a CPU evaluates exp as a polynomial on its
+   vector units, far below the matmul peak; a GPU has special-function units of their own). Memory: its
+   bytes over the bandwidth. Random: for an op that draws random numbers, its draws (``random_draws``) over
+   the generator's rate.
 Rule 2. Every number is measured here or cited: the ceilings by ``measure_ceilings``, the spec sheets in
    ``GPU_SPECS`` with their source. The one exception is FLOPs of elementwise ops, which PyTorch's counter
    prices at 0: ``ELEMENTWISE_FLOPS`` gives them explicit per-element estimates (they place an op on the
    intensity axis; on every machine here they are far from the compute roof, so they barely move a prediction).
-Rule 3. A spec sheet predicts, it never measures: ``spec_predictions`` names its output so.
+Rule 3. A spec sheet predicts, it never measures: ``GPUSpec`` holds a datasheet's figures, and its
+   ``ceilings()`` are an input to a prediction, never a measurement.
 """
 from __future__ import annotations
 
@@ -20,13 +23,14 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit.env.profile import sizes
+from labkit.env.sizes import MEASURE_SIZES, Sizes
 from labkit.instruments.ops import OpRecord
-from labkit.env.profile import Sizes, sizes
 from labkit.instruments.timing import benchmark
 
-__all__ = ["Ceilings", "GPUSpec", "GPU_SPECS", "ELEMENTWISE_FLOPS", "RooflineError", "achieved", "bound",
-           "flops", "measure_ceilings", "measure_host_bandwidth", "moves_data", "offload_seconds",
-           "predict_seconds", "random_draws", "spec_predictions", "terms", "TRANSCENDENTALS_PER_ELEMENT"]
+__all__ = ["Ceilings", "GPUSpec", "GPU_SPECS", "ELEMENTWISE_FLOPS", "RooflineError", "achieved", "flops",
+           "intensity", "measure_ceilings", "measure_host_bandwidth", "moves_data", "offload_seconds", "random_draws",
+           "TRANSCENDENTALS_PER_ELEMENT"]
 
 
 class RooflineError(ValueError):
@@ -78,12 +82,6 @@ TRANSCENDENTALS_PER_ELEMENT: dict[str, float] = {"_softmax": 1, "_log_softmax": 
 # Random draws per output element: native_dropout returns the output and its mask, one draw per pair.
 DRAWS_PER_ELEMENT: dict[str, float] = {"native_dropout": 0.5}
 
-# Ceiling measurement sizes per profile: square matmul sides, copy buffer MiB (well above the last-level
-# cache on cpu and gpu; 512 MiB keeps the gpu profile's floor), random draws per measurement, exp elements (small enough to stay in cache).
-MEASURE_SIZES = {"tiny": ((64, 128), 8, 2 ** 14, 2 ** 12), "cpu": ((512, 1024, 2048), 256, 2 ** 22, 2 ** 16),
-            "gpu": ((4096, 8192), 512, 2 ** 26, 2 ** 22)}
-
-
 def moves_data(record: OpRecord) -> bool:
     """True for an op that runs a kernel: not a view, and it creates a storage or writes one in place.
 
@@ -117,30 +115,6 @@ def intensity(record: OpRecord) -> float:
 def random_draws(record: OpRecord) -> float:
     """Random numbers the op draws: 0 unless it is random (see DRAWS_PER_ELEMENT)."""
     return DRAWS_PER_ELEMENT.get(record.op, 1.0) * record.elements if record.random else 0.0
-
-
-def terms(record: OpRecord, ceilings: Ceilings) -> dict[str, float]:
-    """Seconds each ceiling allows the op at least: {"compute", "memory", "random"} (Rule 1)."""
-    _check_record(record, "terms")
-    if not isinstance(ceilings, Ceilings):
-        raise RooflineError(f"terms: expected Ceilings (from measure_ceilings), got {type(ceilings).__name__}")
-    draws = random_draws(record)
-    special = TRANSCENDENTALS_PER_ELEMENT.get(record.op, 0) * record.elements
-    return {"compute": max(flops(record) / ceilings.peak_flops,
-                           special / ceilings.special_rate if special and ceilings.special_rate else 0.0),
-            "memory": record.bytes_moved / ceilings.peak_bandwidth,
-            "random": draws / ceilings.random_rate if draws and ceilings.random_rate else 0.0}
-
-
-def predict_seconds(record: OpRecord, ceilings: Ceilings) -> float:
-    """The roofline time: the largest of the compute, memory and random terms (Rule 1)."""
-    return max(terms(record, ceilings).values())
-
-
-def bound(record: OpRecord, ceilings: Ceilings) -> str:
-    """Which ceiling sets the op's time: "compute", "memory" or "random"."""
-    t = terms(record, ceilings)
-    return max(t, key=t.__getitem__)
 
 
 def achieved(record: OpRecord) -> float:
@@ -233,23 +207,6 @@ GPU_SPECS: dict[str, GPUSpec] = {
     "H200": GPUSpec("H200 SXM", 989e12, 4.8e12, "NVIDIA H200 Tensor Core GPU datasheet, "
                     "https://www.nvidia.com/en-us/data-center/h200/", 64e9),  # "PCIe Gen5: 128GB/s"
 }
-
-
-def spec_predictions(records: list[OpRecord], spec: GPUSpec) -> list[dict[str, object]]:
-    """Spec-sheet predictions (Rule 3) for each op that moves data, run in 16-bit on `spec`'s GPU.
-
-    `records` is a float32 trace: in 16-bit each op moves half the bytes and does the same FLOPs.
-    Returns [{"name", "spec_predicted_s", "spec_bound"}], "compute" or "memory" bound.
-    """
-    if not isinstance(spec, GPUSpec):
-        raise RooflineError(f"spec_predictions: expected a GPUSpec (from GPU_SPECS), got {type(spec).__name__}")
-    roof = spec.ceilings()
-    rows = []
-    for r in filter(moves_data, records):
-        compute, memory = flops(r) / roof.peak_flops, r.bytes_moved / 2 / roof.peak_bandwidth
-        rows.append({"name": r.key, "spec_predicted_s": max(compute, memory),
-                     "spec_bound": "compute" if compute >= memory else "memory"})
-    return rows
 
 
 # ---------------------------------------------------------------- offload against recompute

@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 
-from labkit.planners.advice import check_budget
-from labkit.plans.blocks import RECOMPUTE, Profile, Step
+from labkit.plans import RECOMPUTE, Profile, Step, check_budget
 
 
 # Exercise 7.1: the planner  (solutions/07_capstone.ipynb, cell c008)
@@ -100,7 +99,7 @@ def least_budget(profile: Profile, most: int = 4096) -> int:
 def plan_for(profile: Profile, budget: int) -> list[Step]:
     """plan_blocks(profile, budget), or a ValueError naming the least budget that fits."""
     if not isinstance(profile, Profile):
-        raise TypeError(f"plan_for: profile must be a labkit.plans.blocks.Profile, got {type(profile).__name__}")
+        raise TypeError(f"plan_for: profile must be a labkit.plans.Profile, got {type(profile).__name__}")
     budget = check_budget(budget, "plan_for")
     plan = plan_blocks(profile, budget)
     if plan is None:

@@ -6,8 +6,8 @@ The solution notebook is the source: edit its `#| export` cells, then run `make 
 import torch
 from torch import nn
 
-from labkit.planners.advice import Situation
 from labkit.instruments.harness import Difference
+from labkit.plans import Situation
 
 
 def in_backward() -> bool:
@@ -42,7 +42,7 @@ def difference(name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> Dif
 # Exercise 6.2: BatchNorm updated once  (solutions/06_pitfalls.ipynb, cell c035)
 def batchnorm_once(model: nn.Module) -> nn.Module:
     """Patch every BatchNorm of model in place so that a rerun during backward updates nothing; return model."""
-    def thaw(bn: nn.Module, args, output=None) -> None:
+    def thaw(bn: nn.Module, args=(), output=None) -> None:
         if getattr(bn, "rerun_stash", None) is not None:
             (bn.momentum, bn.num_batches_tracked), bn.rerun_stash = bn.rerun_stash, None
 
@@ -51,6 +51,7 @@ def batchnorm_once(model: nn.Module) -> nn.Module:
         if in_backward() and bn.training and bn.track_running_stats:
             bn.rerun_stash = (bn.momentum, bn.num_batches_tracked)
             bn.momentum, bn.num_batches_tracked = 0.0, None
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: thaw(bn))  # a rerun may stop early
 
     for bn in model.modules():
         if isinstance(bn, nn.modules.batchnorm._BatchNorm):

@@ -11,7 +11,7 @@ from torch import nn
 
 from labkit.checks.base import CheckFailure, passed
 from labkit.checks.lab01 import hints as H
-from labkit.checks.lab01.common import call_int, element_size, pick_hint
+from labkit.checks.lab01.common import call_int, pick_hint
 from labkit.instruments import saved_tensors
 from labkit.models import GPTBlock, GPTConfig, MLPChain, MLPConfig, gpt_input, mlp_input
 

@@ -66,8 +66,8 @@ def _result(ex: str, what: str, got: Any, ops: Sequence[OpRecord], spec: str, on
 
 def _bad_budgets(ex: str, fn: Callable[..., Any], ops: Sequence[OpRecord]) -> None:
     __tracebackhide__ = True
-    expect_error(ex, f"budget=-1", ValueError, "-1", H.BUDGET_CHECK, lambda: fn(ops, -1))
-    expect_error(ex, f"budget=1.5", TypeError, "1.5", H.BUDGET_CHECK, lambda: fn(ops, 1.5))
+    expect_error(ex, "budget=-1", ValueError, "-1", H.BUDGET_CHECK, lambda: fn(ops, -1))
+    expect_error(ex, "budget=1.5", TypeError, "1.5", H.BUDGET_CHECK, lambda: fn(ops, 1.5))
 
 
 def ex_4_2(greedy_keep: Callable[..., Any]) -> None:

@@ -12,7 +12,8 @@ from labkit.checks.base import CheckFailure, need_callable, passed, trap
 from labkit.checks.lab05 import hints as H
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.instruments.ops import OpRecord, trace
-from labkit.instruments.roofline import Ceilings, predict_seconds, terms
+from labkit.checks.lab05.oracle import seconds, terms
+from labkit.instruments.roofline import Ceilings
 
 MACHINE = Ceilings("checker", torch.float32, peak_flops=1e11, peak_bandwidth=1e10, random_rate=1e8, special_rate=1e9)
 SPEC = Ceilings("spec sheet", torch.bfloat16, peak_flops=1e14, peak_bandwidth=2e12, random_rate=None)
@@ -54,16 +55,16 @@ def _hint(r: OpRecord, c: Ceilings, got: float, want: float) -> str:
 
 
 def ex_5_1(roofline_seconds: Callable[..., Any]) -> None:
-    """Exercise 5.1: roofline_seconds equals the roofline's time (labkit.instruments.roofline) on every case."""
+    """Exercise 5.1: roofline_seconds equals the checkers' own roofline time (oracle.py) on every case."""
     __tracebackhide__ = True
     need_callable("5.1", "roofline_seconds", roofline_seconds)
     cases = _cases()
     for what, r, c in cases:
         label = f"roofline_seconds(<{what}>, <{c.device} ceilings>)"
         with trap("5.1", label, H.RT_RANDOM if r.random and c.random_rate is None else H.RT_SPEC,
-                  known=(("moves no data", H.RT_VIEW),)):  # labkit.instruments.roofline refuses to price a view
+                  known=(("moves no data", H.RT_VIEW),)):  # labkit.instruments.roofline's flops refuses a view
             got = roofline_seconds(r, c)
-        want = 0.0 if r.is_view or not (r.output_bytes > 0 or r.in_place) else predict_seconds(r, c)
+        want = seconds(r, c)
         if not isinstance(got, (int, float)) or isinstance(got, bool):
             raise CheckFailure("5.1", label, "a float of seconds", f"{type(got).__name__} {got!r:.60}", H.RT_SPEC)
         if not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-15):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from labkit.planners.advice import SchemeCost, Situation
+from labkit.plans import SchemeCost, Situation
 from labkit.checks.base import CheckFailure, need_callable, passed, trap
 from labkit.checks.lab06 import hints as H
 

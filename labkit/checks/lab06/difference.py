@@ -9,7 +9,8 @@ import torch
 
 from labkit.checks.base import CheckFailure, need_callable, passed, trap
 from labkit.checks.lab06 import hints as H
-from labkit.instruments.harness import Difference, difference
+from labkit.checks.lab06.oracle import difference
+from labkit.instruments.harness import Difference
 
 
 def _cases() -> list[tuple[str, Any, Any, str]]:
@@ -40,7 +41,7 @@ def _same(x: float, y: float) -> bool:
 
 
 def ex_6_1(student: Callable[..., Any]) -> None:
-    """Exercise 6.1: difference(name, a, b) agrees with labkit.instruments.harness.difference on every case."""
+    """Exercise 6.1: difference(name, a, b) agrees with the checkers' own comparison (oracle.py) on every case."""
     __tracebackhide__ = True
     need_callable("6.1", "difference", student)
     cases = _cases()
@@ -70,5 +71,5 @@ def ex_6_1(student: Callable[..., Any]) -> None:
                 raise CheckFailure("6.1", f"{label}.{field}", f"{w:.6g}", f"{g!r:.40}",
                                    H.DIFF_SPEC if not isinstance(g, (int, float)) else
                                    hint if want.detail else H.DIFF_ABS if field == "max_abs" else H.DIFF_REL)
-    passed("6.1", f"difference agrees with the harness on {len(cases)} cases: signed zeros and NaNs by their bits, "
+    passed("6.1", f"difference agrees with the checker on {len(cases)} cases: signed zeros and NaNs by their bits, "
                   "errors in float64, other shapes and dtypes not compared")

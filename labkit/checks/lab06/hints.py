@@ -28,8 +28,9 @@ BN_DETECT = ("right under the reentrant checkpoint, twice under the non-reentran
              "enabled, so torch.is_grad_enabled() cannot tell a forward from a rerun; in_backward() can")
 BN_ALWAYS = ("a plain training step (no checkpoint) must still update the statistics once: freeze them only while "
              "in_backward()")
-BN_RESTORE = ("after a rerun, put momentum and num_batches_tracked back: the next step's forward must update the "
-              "statistics again (a forward hook can restore what the pre-hook changed)")
+BN_RESTORE = ("after a rerun, put momentum and num_batches_tracked back, also when the rerun stops early (PyTorch's "
+              "non-reentrant checkpoint stops once backward has what it needs, before a BatchNorm that ends its block "
+              "reaches its forward hook): when the step ends, the statistics must be as after a plain step")
 BN_ALL = ("patch every kind of BatchNorm (1d, 2d, 3d, SyncBatchNorm): they share the base class "
           "nn.modules.batchnorm._BatchNorm")
 BN_MOMENTUM = ("an adjusted momentum makes two updates come close to one, not equal, and counts "

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 # ---------------------------------------------------------------- Exercise 7.1: the planner
-PLAN_SPEC = ("plan_blocks(profile, budget) returns a list of labkit.plans.blocks.Step covering blocks 0..n in order, "
+PLAN_SPEC = ("plan_blocks(profile, budget) returns a list of labkit.plans.Step covering blocks 0..n in order, "
              "or None when no plan's peak_of fits the budget")
 PLAN_NONE = ("return None when nothing fits: below profile.floor or profile.base, or when even the leanest plan's "
              "peak_of is over the budget")

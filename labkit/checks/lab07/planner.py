@@ -9,7 +9,7 @@ import numpy as np
 
 from labkit.checks.base import CheckFailure, need_callable, passed, trap
 from labkit.checks.lab07 import hints as H
-from labkit.plans.blocks import KEEP, OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step
+from labkit.plans import OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step
 
 
 def _costs(s: Any, profile: Profile) -> tuple[int, int, float]:
@@ -22,7 +22,7 @@ def _costs(s: Any, profile: Profile) -> tuple[int, int, float]:
 
 
 def peak(plan: list, profile: Profile) -> int:
-    """peak_of, written again here so that the check does not trust labkit.plans.blocks's copy."""
+    """peak_of, written again here so that the check does not trust labkit.plans.blocks' copy."""
     kept, worst = 0, 0
     for s in plan:
         keep, need, _ = _costs(s, profile)

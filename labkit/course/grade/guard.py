@@ -91,8 +91,7 @@ def arm() -> None:
     import matplotlib.pyplot as plt
 
     plt.close(plt.figure())  # the inline backend registers its IPython event callbacks when it first loads
-    import labkit  # noqa: F401  (the kit's modules are what a checker relies on)
-
+    # the kit's modules are what a checker relies on: importing this module imported them (labkit's __init__)
     _state["modules"] = _modules()
     _state["watched"] = _watched(_state["modules"])
 

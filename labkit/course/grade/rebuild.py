@@ -15,7 +15,8 @@ from pathlib import Path
 
 import nbformat
 
-STUB = re.compile(r'raise NotImplementedError\("Exercise (\d+\.\d+)')
+from labkit.checks.stubs import IN_SOURCE
+
 CHECKER = re.compile(r"\blk\.checks\.ex_(\d+)_(\d+)\(")
 PRELUDE = "import labkit.course.grade.guard as _labkit_guard\n_labkit_guard.arm()"
 # Before each checker: put back what answers changed, and take `lk` from the kit again (an answer may rebind it).
@@ -53,7 +54,7 @@ class Pristine:
         for cell in nb.cells:
             if cell.cell_type != "code":
                 continue
-            stubs = STUB.findall(cell.source)
+            stubs = IN_SOURCE.findall(cell.source)
             checks = [f"{a}.{b}" for a, b in CHECKER.findall(cell.source)]
             if stubs:
                 self.answers[cell.id] = sorted(set(stubs))
@@ -100,8 +101,10 @@ def scan(source: str, withheld: frozenset[str] = frozenset()) -> list[str]:
             for name in names:
                 parts = name.split(".")
                 answer = parts[:2] == ["labkit", "reference"] and (len(parts) < 3 or parts[2] in withheld)
-                if answer or name.startswith(("labkit.course.grade", "labkit.checks", "ctypes")):
+                if answer or name.startswith(("labkit.course", "labkit.checks", "ctypes")):
                     found.append(f"imports {name}")
+            if isinstance(node, ast.ImportFrom) and node.module == "labkit":
+                found += [f"imports labkit.{a.name}" for a in node.names if a.name in ("checks", "course")]
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in targets:
@@ -116,6 +119,9 @@ def scan(source: str, withheld: frozenset[str] = frozenset()) -> list[str]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
             if node.args and (_watched(_dotted(node.args[0]) + ".x") or _dotted(node.args[0]) in WATCHED_ROOTS):
                 found.append(f"calls {node.func.id} on {_dotted(node.args[0])}")
+        elif isinstance(node, ast.Attribute) and _dotted(node).split(".")[:2] in (["lk", "checks"], ["labkit", "checks"]) \
+                and _dotted(node).count(".") == 1:  # the checkers (and their oracles) are no answer's to call
+            found.append(f"uses {_dotted(node)}")
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             found.append(f"uses {node.id}")
         elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_NAMES:

@@ -1,0 +1,48 @@
+"""What every model of the kit shares: argument checks, seeded Linear layers, parameter bytes.
+
+Weights come from a local ``torch.Generator`` seeded by the config: building a model never advances the global
+RNG (dropout during forward still does).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def check_positive_int(name: str, value: object) -> None:
+    """A TypeError or ValueError naming `name` unless `value` is an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}={value!r} must be an int; got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name}={value!r} must be a positive int (>= 1)")
+
+
+def check_float_dtype(dtype: object) -> None:
+    """A TypeError naming `dtype` unless it is a floating torch.dtype."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype={dtype!r} must be a floating torch.dtype, e.g. torch.float32 or torch.bfloat16")
+
+
+def seeded_linear(n_in: int, n_out: int, bias: bool, dtype: torch.dtype, gen: torch.Generator,
+                  std: float | None) -> nn.Linear:
+    """Linear layer filled from `gen`: normal(0, std), or PyTorch's default uniform bound when std is None."""
+    if torch.empty(0).is_meta:  # built under torch.device("meta"): shapes only (lab 05 traces large blocks so)
+        return nn.Linear(n_in, n_out, bias=bias, dtype=dtype, device="meta")
+    layer = nn.utils.skip_init(nn.Linear, n_in, n_out, bias=bias, dtype=dtype)  # no global RNG use
+    bound = 1 / math.sqrt(n_in)
+    with torch.no_grad():
+        # Draw in float32, then round: the same seed gives the same model in every dtype.
+        w = torch.empty(n_out, n_in)
+        w = w.uniform_(-bound, bound, generator=gen) if std is None else w.normal_(0, std, generator=gen)
+        layer.weight.copy_(w)
+        if bias:
+            b = torch.empty(n_out).uniform_(-bound, bound, generator=gen) if std is None else torch.zeros(n_out)
+            layer.bias.copy_(b)
+    return layer
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    """Bytes held by the model's (deduplicated) parameters."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())

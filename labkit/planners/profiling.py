@@ -1,0 +1,174 @@
+"""Lab 07's profile of a model: what each of its blocks costs each way, measured (labkit.plans.blocks says what
+the figures mean and how a plan's peak is predicted from them).
+
+The bytes are the ledger's and the meter's, the times medians on the model's device; lab 04's trace and policy
+(labkit.labs.selective) say what a selective block keeps.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from labkit.instruments.blocks import blocks_of
+from labkit.instruments.meter import MemoryMeter
+from labkit.instruments.ops import trace
+from labkit.instruments.roofline import measure_host_bandwidth
+from labkit.instruments.tensors import cuda_devices, inputs_of
+from labkit.instruments.timing import compare
+from labkit.planners.measuring import (
+    forward_seconds, nbytes, saved_by, saved_under, step_seconds, train_step, working_copy,
+)
+from labkit.planners.ways import offloaded, selective, selective_keep
+from labkit.plans.blocks import OFFLOAD, SELECTIVE, BlockCosts, Option, Profile
+
+__all__ = ["profile_model"]
+
+
+def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], *,
+                  repeats: int = 3, seconds_from: Profile | None = None) -> Profile:
+    """Measure a copy of `model` (GPT blocks with `attn.core`, or any blocks: then no selective way) training
+    on `x` with Adam and loss_fn(output). `model` and the random generators are left as they were.
+
+    act: the ledger's saved bytes under each block; inp: its input's bytes; fwd: its forward's median
+    seconds. selective: keeps the input and, by lab 04's trace, every op output outside core attention
+    (``selective_keep``, ``kept_bytes``); while its backward runs it holds act and what PyTorch's selective
+    checkpoint has alive beyond a plain backward (the meter, on the block alone); costs what a forward and
+    backward of the block take longer under that checkpoint than plainly (alternating runs: the recomputation
+    and the policy's bookkeeping). offload (CUDA only): keeps its input's bytes on the device (a selective block
+    before it keeps its output there), holds act and what it stages, costs a round trip of act at the measured
+    device-host speed. beside, base and floor: the meter's timeline of a steady step (``_moments``), its peak
+    while each block's backward runs less the blocks' activations alive then; its peak from the blocks' forward
+    to their backward less all of them; its peak where no plan changes anything (the optimizer step, what comes
+    before the blocks); step: that step's median seconds. seconds_from:
+    take every time from that profile (of the same model at another batch) instead of measuring: bytes only,
+    much faster.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"profile_model: model must be an nn.Module, got {type(model).__name__}")
+    n = len(blocks_of(model))  # a model without blocks is refused before anything runs
+    if seconds_from is not None and len(seconds_from.blocks) != n:
+        raise ValueError(f"profile_model: seconds_from has {len(seconds_from.blocks)} blocks, the model {n}")
+    with working_copy(model, x) as work:
+        return _profile(work, x, loss_fn, repeats, seconds_from)
+
+
+def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], repeats: int,
+             seconds_from: Profile | None) -> Profile:
+    from labkit.labs.selective import kept_bytes  # lab 04's cost model
+
+    opt = torch.optim.Adam(model.parameters())
+    step = train_step(model, opt, x, loss_fn)
+    step()  # gradients and Adam's state exist from here on
+    windows, top, fixed = _moments(model, opt, x, step)
+    t_step = step_seconds(step, x.device, repeats, warmup=0) if seconds_from is None else seconds_from.step
+    saved, _ = saved_by(model, x, loss_fn)
+    blocks = blocks_of(model)
+    act = [saved_under(saved, fqn) for fqn, _ in blocks]
+    ins = [args[0] for args in inputs_of([m for _, m in blocks], lambda: model(x))]
+    # offload's price: a device -> pinned host -> device round trip per byte, measured
+    per_byte = 2 / measure_host_bandwidth(x.device, mib=16) if x.is_cuda and seconds_from is None else None
+    if x.is_cuda and seconds_from is not None:
+        per_byte = 0.0  # offload's seconds come from seconds_from
+    costs = []
+    for i, ((fqn, block), a, h) in enumerate(zip(blocks, act, ins)):
+        given = None if seconds_from is None else seconds_from.blocks[i]
+        options: dict[str, Option] = {}
+        core = getattr(getattr(block, "attn", None), "core", None)
+        if isinstance(core, nn.Module):
+            ops = trace(block, h.requires_grad_(), model=block, time=False)
+            keep = selective_keep(block, h)  # as `applied` will run it (and checked against lab 04's rule)
+            kept = min(a, nbytes(h) + kept_bytes(ops, keep))
+            wrap = selective(keep)
+            t = _extra_seconds(block, h, wrap, repeats) if given is None else given.options[SELECTIVE].seconds
+            options[SELECTIVE] = Option(kept, a + _extra_held(block, h, wrap), t)
+        if per_byte is not None:  # its input may stay on the device: a selective block before it keeps its output
+            t = a * per_byte if given is None else given.options[OFFLOAD].seconds
+            options[OFFLOAD] = Option(nbytes(h), a + _extra_held(block, h, offloaded), t)
+        fwd = forward_seconds(block, (h,), repeats) if given is None else given.fwd
+        costs.append(BlockCosts(a, nbytes(h), fwd, options))
+    # beside each block's backward, and beside everything kept at the top: the measured peaks less the blocks'
+    # activations alive then (plainly, block i's backward runs while blocks 0..i keep theirs)
+    beside = [max(0, w - sum(act[:i + 1])) for i, w in enumerate(windows)]
+    costs = [dataclasses.replace(c, beside=b) for c, b in zip(costs, beside)]
+    return Profile(tuple(costs), max(0, top - sum(act)), fixed, t_step)
+
+
+def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+             step: Callable[[], None]) -> tuple[list[int], int, int]:
+    """The meter's peaks of one steady step: while each block's backward runs (a ValueError where they cannot be
+    told apart: counting them as one would under-count), at the step's top (the blocks' forward, what follows
+    them, and its backward), and at the moments no plan changes (the optimizer step; before the blocks' forward;
+    after their backward, when what comes before them runs its backward).
+
+    Block i's backward runs from the gradient of its output to the gradient of its input: tensor hooks mark both
+    on the meter's timeline (block 0's input may need none: then it runs until backward ends), and a forward
+    pre-hook marks where block 0's forward starts. Whatever runs between two blocks' backwards (a module between
+    them) counts with the block before it, as if that block held all its activations then (never optimistic)."""
+    blocks = [m for _, m in blocks_of(model)]
+    marks: dict[tuple[str, int], int] = {}
+
+    def mark(key: tuple[str, int]) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            marks.setdefault(key, len(meter.timeline))
+        return hook
+
+    def on_forward(i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+            for key, t in ((("out", i), out), (("in", i), args[0] if args else None)):
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    t.register_hook(mark(key))
+        return hook
+
+    with contextlib.ExitStack() as stack:
+        stack.callback(blocks[0].register_forward_pre_hook(mark(("forward", 0))).remove)
+        for i, b in enumerate(blocks):
+            stack.callback(b.register_forward_hook(on_forward(i)).remove)
+        with MemoryMeter(model, opt, x, device=x.device, history=True) as meter:
+            step()
+    timeline = meter.timeline
+    end = next((e.index + 1 for e in reversed(timeline) if e.phase != "optimizer"), 0)  # forward and backward
+    n = len(blocks)
+    starts = [marks.get(("out", i)) for i in range(n)]
+    stops = [marks.get(("in", i)) for i in range(n)]
+    if stops[0] is None:
+        stops[0] = end
+    first = marks.get(("forward", 0), 0)
+    peak = lambda a, b: max((e.live_bytes for e in timeline[a:b] if e.phase != "optimizer"), default=0)  # noqa: E731
+    fixed = max(meter.phase_peaks.get("optimizer", 0), peak(0, first), peak(stops[0], end))
+    missing = [i for i in range(n) if starts[i] is None or stops[i] is None]
+    if missing or any(a > b for a, b in zip(starts, stops)) or any(starts[i] < stops[i + 1] for i in range(n - 1)):
+        what = f"no gradient reached block {missing[0]}'s output" if missing else "the blocks' backwards overlap"
+        raise ValueError(f"profile_model: cannot tell the blocks' backwards apart ({what}); a plan needs blocks that "
+                         "each take one tensor and return one, each called once per step, in order")
+    windows = [peak(stops[i + 1] if i + 1 < n else starts[i], stops[i]) for i in range(n)]
+    return windows, peak(first, starts[-1]), fixed
+
+
+def _extra_seconds(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any], repeats: int) -> float:
+    """Median seconds a forward and backward of `block` take longer under wrap(block, x) than plainly (alternating
+    runs): what the way costs, its bookkeeping included."""
+    def step(run: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+        def go() -> None:
+            run(x.detach().requires_grad_()).float().sum().backward()
+        return go
+    c = compare(step(block), step(lambda h: wrap(block, h)), repeats=repeats, warmup=1, device=x.device)
+    return max(0.0, (c.ratio - 1) * c.a.median)
+
+
+def _extra_held(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any]) -> int:
+    """Bytes more that a forward and backward of `block` has alive at its peak under wrap(block, x) than plainly
+    (the meter, on x's device, each from no gradients and the same random draws): what the way rebuilds or
+    stages beyond what the block holds plainly. PyTorch's selective checkpoint, for one, runs the whole forward
+    again in backward, and the outputs it recomputes meet the ones it kept."""
+    def peak(run: Callable[[torch.Tensor], torch.Tensor]) -> int:
+        for p in block.parameters():
+            p.grad = None
+        with torch.random.fork_rng(devices=cuda_devices(x)), MemoryMeter(device=x.device) as meter:
+            run(x.detach().requires_grad_()).float().sum().backward()
+        return meter.peak
+    return max(0, peak(lambda h: wrap(block, h)) - peak(block))
