@@ -16,9 +16,10 @@ import nbformat
 import pytest
 
 from jupyter_browser import BROWSER_MARKS, Browser, problems
+from labkit.course.catalog import LABS
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
+SOLUTIONS = [lab.solution(ROOT) for lab in LABS]
 SHOTS = ROOT / "build" / "browser"
 
 pytestmark = BROWSER_MARKS

@@ -16,10 +16,11 @@ import nbformat
 import pytest
 
 from jupyter_browser import BROWSER_MARKS, problems
+from labkit.course.catalog import LABS
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
-STUDENT = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SOLUTIONS = [lab.solution(ROOT) for lab in LABS]
+STUDENT = [lab.student(ROOT) for lab in LABS]
 
 pytestmark = BROWSER_MARKS
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 import labkit.reference.sqrt_n as S
 from labkit import checks
@@ -18,34 +17,6 @@ def _fails(check, *args) -> CheckFailure:
     return info.value
 
 
-REFERENCE = [(checks.ex_3_1, (S.checkpoint_segments,), "3.1"), (checks.ex_3_2, (S.segment_peak, S.best_segments), "3.2"),
-             (checks.ex_3_3, (S.checkpoint_recursive,), "3.3"), (checks.ex_3_4, (S.plan,), "3.4")]
-
-
-@pytest.mark.parametrize("check, args, ex", REFERENCE, ids=[r[2] for r in REFERENCE])
-def test_reference_passes_with_one_line_and_leaves_the_generator_alone(check, args, ex, capsys):
-    torch.manual_seed(7)
-    want = torch.rand(3)
-    torch.manual_seed(7)
-    check(*args)
-    assert torch.equal(torch.rand(3), want)
-    out = capsys.readouterr().out
-    assert out.startswith(f"[ex {ex}] passed: ") and out.count("\n") == 1
-
-
-def _stub(ex):
-    def stub(*args, **kwargs):
-        raise NotImplementedError(f"Exercise {ex}: title")
-    return stub
-
-
-@pytest.mark.parametrize("check, args, ex", [
-    (checks.ex_3_1, (_stub("3.1"),), "3.1"), (checks.ex_3_2, (_stub("3.2"), S.best_segments), "3.2"),
-    (checks.ex_3_2, (S.segment_peak, _stub("3.2")), "3.2"), (checks.ex_3_3, (_stub("3.3"),), "3.3"),
-    (checks.ex_3_4, (_stub("3.4"),), "3.4")])
-def test_a_stub_is_not_attempted(check, args, ex):
-    with pytest.raises(NotAttempted, match=rf"\[ex {ex}\] not attempted"):
-        check(*args)
 
 
 # ---------------------------------------------------------------- 3.1

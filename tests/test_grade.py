@@ -123,6 +123,10 @@ def test_deleted_cells_fall_back_to_the_pristine_stub_and_nbval_markers_are_drop
     ("sys.modules['labkit.checks'] = fake", "assigns an item of sys.modules"),
     ("class lk:\n    pass", "rebinds lk"),
     ("lk = Fake()", "rebinds lk"),
+    ("def difference(n, a, b):\n    return lk.checks.lab06.oracle.difference(n, a, b)", "uses lk.checks"),  # an oracle
+    ("from labkit import checks", "imports labkit.checks"),
+    ("import labkit.checks.lab05.oracle as o", "imports labkit.checks.lab05.oracle"),
+    ("from labkit import course", "imports labkit.course"),
 ])
 def test_scan_flags_what_an_answer_has_no_business_doing(source, finding):
     assert finding in scan(source, frozenset({"recompute", "sqrt_n"}))

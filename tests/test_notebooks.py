@@ -24,9 +24,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labkit.course.catalog import LABS
+
 ROOT = Path(__file__).resolve().parent.parent
-STUDENT = sorted((ROOT / "notebooks").glob("*.ipynb"))
-SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
+STUDENT = [lab.student(ROOT) for lab in LABS]
+SOLUTIONS = [lab.solution(ROOT) for lab in LABS]
 CHECKER_CALL = "lk.checks.ex_"
 
 ANSI = re.compile(r"(\x1b|#x1B)\[[0-9;]*m")  # IPython colours its tracebacks

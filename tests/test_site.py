@@ -9,8 +9,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labkit.course.catalog import LABS
+
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+SOLUTIONS = [lab.solution(ROOT) for lab in LABS]
 
 pytestmark = pytest.mark.slow
 

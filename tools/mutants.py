@@ -1,6 +1,6 @@
 """Mutation testing, small: plant one plausible bug at a time in a module and run that module's tests.
 
-    .venv/bin/python tools/mutants.py labkit/ledger.py tests/test_memory.py [--sample 40] [--seed 0]
+    .venv/bin/python tools/mutants.py labkit/instruments/ledger.py tests/test_memory.py [--sample 40] [--seed 0]
 
 A mutant flips one comparison (== !=, < <=, > >=, is/is not, in/not in), one
 arithmetic operator (+ -, * //, / *), one `and`/`or`, drops one `not`, shifts

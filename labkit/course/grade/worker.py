@@ -68,7 +68,7 @@ def run(path: Path, report, cell_timeout: float, executed: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="labkit/grade/worker.py")
+    parser = argparse.ArgumentParser(prog="labkit/course/grade/worker.py")
     parser.add_argument("notebook", type=Path)
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--cell-timeout", type=float, required=True)

@@ -1,0 +1,117 @@
+"""The checker contract (docs/design.md, "Checkers"), written once for every exercise of every lab of the catalog.
+
+Each exercise's checker is called as its solution's checker cell calls it (`lk.checks.ex_N_M(name, ...)`), with
+the names taken from the lab's reference module: the reference passes with one line and leaves the global
+generator and autocast as it found them; the exercise's own stub, as the student notebook has it (its `#| export`
+cells run), is "not attempted"; something that is not a function is a CheckFailure whose hint says what to pass.
+Each lab's own file (tests/test_checks_labNN.py) plants that lab's mistakes.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from labkit import checks
+from labkit.checks import CheckFailure, NotAttempted
+from labkit.course.catalog import LABS, Lab
+from labkit.course.student import HEADING
+from labkit.labs import your_code
+
+ROOT = Path(__file__).resolve().parent.parent
+CALL = re.compile(r"^lk\.checks\.(ex_(\d+)_(\d+))\((.*)\)$")
+
+
+@dataclass(frozen=True)
+class Exercise:
+    lab: Lab
+    id: str  # "2.1"
+    checker: str  # "ex_2_1"
+    args: tuple[str, ...]  # the names the checker cell passes
+    own: frozenset[str]  # the names the exercise's answer cell defines
+
+    def __str__(self) -> str:
+        return self.id
+
+
+def _defined(source: str) -> set[str]:
+    tree = ast.parse("\n".join(line for line in source.splitlines() if not line.startswith("#|")))
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))} | \
+        {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+
+
+def exercises() -> list[Exercise]:
+    """Every exercise of the catalog, in order, from its solution's checker cell and answer cell."""
+    found = []
+    for lab in LABS:
+        nb = nbformat.read(lab.solution(ROOT), as_version=4)
+        own: dict[str, set[str]] = {}
+        current = None
+        for cell in nb.cells:
+            if cell.cell_type == "markdown" and HEADING.findall(cell.source):
+                current = HEADING.findall(cell.source)[-1][0]
+            elif cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
+                own.setdefault(current, set()).update(_defined(cell.source))
+            elif cell.cell_type == "code" and CALL.match(cell.source.strip()):
+                name, major, minor, args = CALL.match(cell.source.strip()).groups()
+                ex = f"{int(major)}.{minor}"
+                found.append(Exercise(lab, ex, name, tuple(a.strip() for a in args.split(",")),
+                                      frozenset(own.get(ex, ()))))
+    return found
+
+
+EXERCISES = exercises()
+
+
+def _reference(ex: Exercise) -> list:
+    module = importlib.import_module(f"labkit.reference.{ex.lab.module}")
+    return [getattr(module, a) for a in ex.args]
+
+
+def test_every_lab_has_exercises_and_every_exercise_a_checker_and_an_answer():
+    assert {ex.lab.number for ex in EXERCISES} == {lab.number for lab in LABS}
+    for ex in EXERCISES:
+        assert callable(getattr(checks, ex.checker)), ex
+        assert ex.own, f"exercise {ex} has no answer cell defining a name"
+        assert set(ex.args) <= set(vars(importlib.import_module(f"labkit.reference.{ex.lab.module}"))), ex
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=str)
+def test_the_reference_passes_with_one_line_and_leaves_generator_and_autocast_alone(ex, capsys):
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    autocast = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+    getattr(checks, ex.checker)(*_reference(ex))
+    assert torch.equal(torch.rand(3), want), "the checker moved the global generator"
+    assert (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")) == autocast
+    out = capsys.readouterr().out
+    assert out.startswith(f"[ex {ex.id}] passed: ") and out.count("\n") == 1, out
+
+
+@pytest.fixture(scope="module")
+def stubbed():
+    """Each lab's names as its student notebook (the kit's notebooks/) defines them: every exercise a stub."""
+    return {lab.module: your_code(lab.module, lab.notebook) for lab in LABS}
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=str)
+def test_the_exercise_s_own_stub_is_not_attempted(ex, stubbed):
+    args = [stubbed[ex.lab.module][a] if a in ex.own else ref for a, ref in zip(ex.args, _reference(ex))]
+    with pytest.raises(NotAttempted, match=rf"\[ex {re.escape(ex.id)}\] not attempted"):
+        getattr(checks, ex.checker)(*args)
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=str)
+def test_what_is_not_a_function_fails_with_a_hint_saying_what_to_pass(ex):
+    args = [42 if a in ex.own else ref for a, ref in zip(ex.args, _reference(ex))]
+    with pytest.raises(CheckFailure) as info:
+        getattr(checks, ex.checker)(*args)
+    assert not isinstance(info.value, NotAttempted)
+    assert str(info.value).startswith(f"[ex {ex.id}] ") and "pass the" in info.value.hint, info.value
