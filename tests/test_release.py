@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from labkit.course import release
-from labkit.course.catalog import LABS
+from labkit.course.catalog import LABS as CATALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = release.labs(ROOT)
@@ -42,7 +42,7 @@ def test_a_later_lab_alone_ships_the_earlier_answers_but_not_its_own(tmp_path):
 
 
 def test_student_notebooks_name_no_reference_file():
-    for path in [lab.student(ROOT) for lab in LABS]:
+    for path in [lab.student(ROOT) for lab in CATALOG]:
         text = path.read_text()
         assert "labkit/reference" not in text and "labkit.reference" not in text, path.name
 
