@@ -13,7 +13,7 @@ except ImportError as e:  # pragma: no cover - exercised by hand on a machine wi
     ) from e
 
 from labkit import bench, checks, instruments, planners, plans, plots, widgets
-from labkit.checks import stubs
+from labkit import stubs
 from labkit.env.doctor import doctor
 from labkit.env.profile import profile, sizes
 from labkit.env.sizes import PROFILES, Sizes

@@ -16,7 +16,7 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from labkit.checks import stubs
+from labkit import stubs
 
 ALLOWED = ("NotImplementedError", "NotAttempted")
 REPR = re.compile(r"<[\w.]+ (object )?at 0x[0-9a-fA-F]+>")  # <torch._C.Generator at 0x7f...>: a stray value
@@ -43,7 +43,7 @@ def problems(path: Path, timeout: int = 600) -> list[str]:
                 found.append(f"cell {index}: {output.ename}: {output.evalue[:300]}")
             shown = stubs.message(NotImplementedError(output.get("evalue", "")))
             if output.output_type == "error" and output.ename == "NotImplementedError" and shown and \
-                    output.traceback != [shown]:  # a stub shows as one line naming its exercise (labkit.checks.stubs)
+                    output.traceback != [shown]:  # a stub shows as one line naming its exercise (labkit.stubs)
                 found.append(f"cell {index}: a stub's error shown as a traceback: {output.traceback[:1]}")
         shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cell.outputs)
         stray = REPR.search(shown)

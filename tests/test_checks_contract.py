@@ -21,7 +21,7 @@ import torch
 from labkit import checks
 from labkit.checks import CheckFailure, NotAttempted
 from labkit.course.catalog import LABS, Lab
-from labkit.course.student import HEADING
+from labkit.stubs import BEGIN, HEADING
 from labkit.labs import your_code
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def exercises() -> list[Exercise]:
         for cell in nb.cells:
             if cell.cell_type == "markdown" and HEADING.findall(cell.source):
                 current = HEADING.findall(cell.source)[-1][0]
-            elif cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
+            elif cell.cell_type == "code" and BEGIN in cell.source:
                 own.setdefault(current, set()).update(_defined(cell.source))
             elif cell.cell_type == "code" and CALL.match(cell.source.strip()):
                 name, major, minor, args = CALL.match(cell.source.strip()).groups()
@@ -76,6 +76,8 @@ def _reference(ex: Exercise) -> list:
 
 def test_every_lab_has_exercises_and_every_exercise_a_checker_and_an_answer():
     assert {ex.lab.number for ex in EXERCISES} == {lab.number for lab in LABS}
+    assert sorted(ex.checker for ex in EXERCISES) == sorted(n for n in checks.__all__ if n.startswith("ex_")), \
+        "a checker cell the contract cannot read (one call, names only), or a checker no lab calls"
     for ex in EXERCISES:
         assert callable(getattr(checks, ex.checker)), ex
         assert ex.own, f"exercise {ex} has no answer cell defining a name"
@@ -98,12 +100,16 @@ def test_the_reference_passes_with_one_line_and_leaves_generator_and_autocast_al
 @pytest.fixture(scope="module")
 def stubbed():
     """Each lab's names as its student notebook (the kit's notebooks/) defines them: every exercise a stub."""
-    return {lab.module: your_code(lab.module, lab.notebook) for lab in LABS}
+    return {lab.module: your_code(lab.module, lab.notebook, lab.student(ROOT)) for lab in LABS}
 
 
-@pytest.mark.parametrize("ex", EXERCISES, ids=str)
-def test_the_exercise_s_own_stub_is_not_attempted(ex, stubbed):
-    args = [stubbed[ex.lab.module][a] if a in ex.own else ref for a, ref in zip(ex.args, _reference(ex))]
+OWN_ARGS = [(ex, name) for ex in EXERCISES for name in ex.args if name in ex.own]
+
+
+@pytest.mark.parametrize("ex, name", OWN_ARGS, ids=[f"{ex}-{name}" for ex, name in OWN_ARGS])
+def test_each_of_the_exercise_s_own_stubs_is_not_attempted(ex, name, stubbed):
+    """Each name the exercise defines stubbed alone (the rest the reference), as the student notebook has it."""
+    args = [stubbed[ex.lab.module][a] if a == name else ref for a, ref in zip(ex.args, _reference(ex))]
     with pytest.raises(NotAttempted, match=rf"\[ex {re.escape(ex.id)}\] not attempted"):
         getattr(checks, ex.checker)(*args)
 
@@ -115,3 +121,11 @@ def test_what_is_not_a_function_fails_with_a_hint_saying_what_to_pass(ex):
         getattr(checks, ex.checker)(*args)
     assert not isinstance(info.value, NotAttempted)
     assert str(info.value).startswith(f"[ex {ex.id}] ") and "pass the" in info.value.hint, info.value
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.number)
+def test_every_lab_has_its_planted_bugs_and_its_reference_held_against_an_oracle(lab):
+    """tests/ is laid out like the labs: each lab's checkers' planted bugs, and its reference against PyTorch's own
+    version, an independent oracle or exhaustive search (docs/design.md, "Checkers")."""
+    for kind in ("checks", "reference"):
+        assert (ROOT / "tests" / f"test_{kind}_lab{lab.number}.py").is_file(), f"tests/test_{kind}_lab{lab.number}.py"

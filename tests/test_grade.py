@@ -127,6 +127,10 @@ def test_deleted_cells_fall_back_to_the_pristine_stub_and_nbval_markers_are_drop
     ("from labkit import checks", "imports labkit.checks"),
     ("import labkit.checks.lab05.oracle as o", "imports labkit.checks.lab05.oracle"),
     ("from labkit import course", "imports labkit.course"),
+    ("c = getattr(lk, 'checks')", "calls getattr on lk"),
+    ("c = vars(lk)['checks']", "calls vars on lk"),
+    ("importlib.import_module('labkit.checks.lab06.oracle')", "names the checkers or the grader in a string"),
+    ("o = sys.modules['labkit.checks.lab06.oracle']", "reads sys.modules"),
 ])
 def test_scan_flags_what_an_answer_has_no_business_doing(source, finding):
     assert finding in scan(source, frozenset({"recompute", "sqrt_n"}))

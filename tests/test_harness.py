@@ -207,3 +207,18 @@ def test_report_reads_by_name_and_says_what_it_compared():
     assert str(report) == "1 of 2 compared items bitwise equal:\n  grad w: max abs 1e-07, max rel 1e-06"
     with pytest.raises(KeyError, match="compared: loss, grad w"):
         report["rng cpu"]
+
+
+def test_a_stub_s_error_goes_through_and_any_other_refusal_is_a_finding(gpt):
+    def stub(model, x):
+        raise NotImplementedError("Exercise 2.4: a checkpoint from the two Functions")
+    with pytest.raises(NotImplementedError, match="Exercise 2.4"):
+        compare_step(*gpt, stub)
+
+    class NoBackward(torch.autograd.Function):  # PyTorch's own NotImplementedError: a fault, reported
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+    report = compare_step(*gpt, lambda m, x: m(NoBackward.apply(x)))
+    assert report.error.startswith("NotImplementedError in backward"), report.error

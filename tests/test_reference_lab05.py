@@ -46,6 +46,10 @@ def test_each_term_by_hand():
     assert R.roofline_seconds(dropout, spec) == pytest.approx(9e6 / spec.peak_bandwidth)
 
 
+def test_a_time_no_term_reaches_has_no_bound():
+    assert bound(record("mul", bytes_moved=10 ** 6), CEIL, 1.0, R.compute_seconds) == "none"  # 1 s: no term is
+
+
 def test_a_view_costs_nothing():
     assert R.roofline_seconds(record(view=True), CEIL) == 0.0
 

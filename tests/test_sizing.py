@@ -139,3 +139,9 @@ def test_labkit_gpu_memory_sizes_for_the_share_and_caps_the_allocator_while_it_i
     with pytest.raises(ValueError, match="LABKIT_GPU_MEMORY: memory 'lots'"):
         gpu_choice()
     assert sizes("cpu").device == "cpu"
+
+
+def test_a_peak_is_predicted_for_every_lab_of_the_catalog_that_uses_the_device():
+    from labkit.course.catalog import LABS
+
+    assert list(sizing.lab_peaks(sizes("tiny"))) == [lab.number for lab in LABS if lab.number != "00"]

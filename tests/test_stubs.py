@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.checks import stubs
+from labkit import stubs
 from labkit.course import student
 
 
@@ -36,3 +36,13 @@ def test_other_errors_are_left_to_ipython():
     assert stubs._show(shell, NotImplementedError, stub, None) == [stubs.message(stub)]
     assert shell.calls == [("traceback", NotImplementedError), ("one line", [stubs.message(stub)])]
     # in a kernel: tests/run_all.py checks every stub error of every student notebook shows as this one line
+
+
+def test_the_stub_the_generator_writes_is_the_one_the_grader_finds_and_the_checkers_tell():
+    lines = stubs.stub_lines("3.4", "the optimal schedule", "    ")
+    assert stubs.IN_SOURCE.findall("".join(lines)) == ["3.4"]
+    namespace: dict = {}
+    with pytest.raises(NotImplementedError) as info:
+        exec("def f():\n" + "".join(lines) + "\nf()", namespace)
+    assert stubs.stub_of(info.value) == ("3.4", "the optimal schedule")
+    assert stubs.stub_of(NotImplementedError("not a stub")) is None

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from labkit import stubs
 from labkit.course import student, views
 from labkit.course.catalog import Lab
 
@@ -164,7 +165,7 @@ def test_check_reports_leaked_markers_and_orphans(tmp_path):
     assert "notebooks/02_orphan.ipynb, cell 0: a solution marker leaked" in problems
 
 
-@pytest.mark.parametrize("marker", [student.BEGIN, student.END])
+@pytest.mark.parametrize("marker", [stubs.BEGIN, stubs.END])
 def test_check_reports_a_lone_leaked_marker(tmp_path, marker):
     root = kit(tmp_path, good_solution())
     views.write(root, DEMO)
@@ -242,7 +243,7 @@ def cell_with_regions(draw):
         pad = draw(indent)
         if draw(st.booleans()):
             body = [pad + line for line in draw(st.lists(code_line, min_size=0, max_size=3))]
-            lines += [pad + student.BEGIN, *body, pad + student.END]
+            lines += [pad + stubs.BEGIN, *body, pad + stubs.END]
             regions += 1
         else:
             lines.append(pad + draw(code_line))
@@ -255,21 +256,21 @@ def test_every_region_becomes_one_stub_and_the_rest_is_kept(drawn):
     lines, regions = drawn
     source = "\n".join(lines)
     out = student.stub_source(source, student.Exercise("3.1", "t"), "nb, cell 0")
-    assert student.BEGIN not in out and student.END not in out
+    assert stubs.BEGIN not in out and stubs.END not in out
     assert out.count('raise NotImplementedError("Exercise 3.1: t")') == regions
-    kept = [line for line in lines if line.strip() not in (student.BEGIN, student.END)]
+    kept = [line for line in lines if line.strip() not in (stubs.BEGIN, stubs.END)]
     inside, outside = False, []
     for line in lines:  # lines outside regions survive, in order
-        if line.strip() == student.BEGIN:
+        if line.strip() == stubs.BEGIN:
             inside = True
-        elif line.strip() == student.END:
+        elif line.strip() == stubs.END:
             inside = False
         elif not inside:
             outside.append(line)
     out_lines = [line for line in out.splitlines() if "NotImplementedError" not in line and "YOUR CODE" not in line]
     assert out_lines == outside if regions else out == source
     # the exported text keeps everything but the markers
-    exported = student.export_source(student.EXPORT + "\n" + source, "nb, cell 0")
+    exported = student.export_source(stubs.EXPORT + "\n" + source, "nb, cell 0")
     assert exported.strip("\n") == "\n".join(kept).strip("\n")
 
 

@@ -93,7 +93,9 @@ def micro_batch(cfg: GPTConfig, rank: int, ranks: int, device: torch.device | st
 
 
 def checkpoint_blocks(model: GPTStack) -> None:
-    """Run each block's forward under checkpoint(use_reentrant=False): backward keeps only the block's input."""
+    """Run each block's forward under checkpoint(use_reentrant=False): backward keeps only the block's input.
+    For good, not while inside a context (labkit.instruments.blocks.patched): each rank builds the model it
+    trains, and the order of checkpoint and fully_shard is what the bench compares."""
     for block in model.blocks:
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
 

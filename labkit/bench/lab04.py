@@ -9,7 +9,7 @@ the meter gives the bytes each keeps after forward, and alternating runs the ste
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from labkit.bench.lab02 import stack_step
+from labkit.instruments.blocks import wrapped
 from labkit.instruments.meter import measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.instruments.ops import OpRecord, trace
@@ -69,16 +70,9 @@ def recompute_seconds(ops: Sequence[OpRecord], policy: Policy) -> float:
                if region == "" or r.module == region or r.module.startswith(region + "."))
 
 
-@contextlib.contextmanager
-def _wrapped(block: nn.Module, region: str, ckpt: Callable[..., Any]) -> Iterator[None]:
-    """Run block.<region>'s forward under ckpt while inside."""
-    module = block.get_submodule(region)
-    forward = module.forward
-    module.forward = lambda *a: ckpt(forward, *a)  # an instance attribute shadows the method
-    try:
-        yield
-    finally:
-        del module.forward
+def _wrapped(block: nn.Module, region: str, ckpt: Callable[..., Any]) -> contextlib.AbstractContextManager[None]:
+    """Run block.<region>'s forward under ckpt while inside (labkit.instruments.blocks.wrapped)."""
+    return wrapped([block.get_submodule(region)], lambda forward, *a: ckpt(forward, *a))
 
 
 def _torch_plain(fn: Callable[..., Any], *args: Any) -> Any:

@@ -12,7 +12,7 @@ from labkit.bench.lab04 import long_stack
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.instruments.ops import OpRecord, trace
-from labkit.instruments.roofline import Ceilings, achieved, intensity, measure_ceilings, moves_data
+from labkit.instruments.roofline import Ceilings, achieved, intensity, measure_ceilings, moves_data, random_draws
 
 LEAST_SECONDS = 1e-3  # ops faster than this are judged by no bar: timer and cache noise swamp them
 Pricing = Callable[[OpRecord, Ceilings], float]
@@ -20,10 +20,14 @@ Pricing = Callable[[OpRecord, Ceilings], float]
 
 def bound(record: OpRecord, ceilings: Ceilings, seconds: float, compute_seconds: Pricing) -> str:
     """Which ceiling sets an op's roofline time `seconds`: "compute" when its compute term reaches it, else
-    "memory" when its bytes over the bandwidth do, else "random" (its draws)."""
+    "memory" when its bytes over the bandwidth do, else "random" when its draws over the generator's rate do;
+    "none" when no term reaches it (a time that is not the largest of the terms: a roofline_seconds to fix)."""
     if compute_seconds(record, ceilings) >= seconds:
         return "compute"
-    return "memory" if record.bytes_moved / ceilings.peak_bandwidth >= seconds else "random"
+    if record.bytes_moved / ceilings.peak_bandwidth >= seconds:
+        return "memory"
+    draws = random_draws(record)
+    return "random" if draws and ceilings.random_rate and draws / ceilings.random_rate >= seconds else "none"
 
 
 def op_rows(records: Sequence[OpRecord], ceilings: Ceilings, roofline_seconds: Pricing,

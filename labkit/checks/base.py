@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from labkit.checks.stubs import stub_of
+from labkit.stubs import stub_of
 
 Known = tuple[tuple[str, str], ...]  # (text in an error message, the hint it calls for)
 _LABKIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

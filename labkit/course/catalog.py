@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Lab", "LABS", "lab", "by_notebook", "numbers"]
+__all__ = ["Lab", "LABS"]
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,6 @@ class Lab:
     def notebook(self) -> str:
         """The notebook's file name, in solutions/ and notebooks/ alike: "02_recompute.ipynb"."""
         return f"{self.number}_{self.name}.ipynb"
-
-    @property
-    def stem(self) -> str:
-        """"02_recompute"."""
-        return f"{self.number}_{self.name}"
 
     @property
     def module(self) -> str:
@@ -60,20 +55,3 @@ LABS: tuple[Lab, ...] = (
     Lab("07", "capstone"),
 )
 
-
-def numbers() -> list[str]:
-    """Every lab's number, in order."""
-    return [lab.number for lab in LABS]
-
-
-def lab(number: str) -> Lab:
-    """The lab numbered `number` ("02"), or a ValueError naming the labs there are."""
-    for found in LABS:
-        if found.number == number:
-            return found
-    raise ValueError(f"lab {number!r} is not in the catalog; the labs are {', '.join(numbers())}")
-
-
-def by_notebook(name: str) -> Lab | None:
-    """The lab whose notebook file is named `name` ("02_recompute.ipynb"), or None."""
-    return next((found for found in LABS if found.notebook == name), None)

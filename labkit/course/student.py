@@ -23,15 +23,11 @@ from pathlib import Path
 
 import nbformat
 
-from labkit.checks.stubs import stub_lines
+from labkit.stubs import BEGIN, END, HEADING, stub_lines
 
-BEGIN = "### BEGIN SOLUTION"
-END = "### END SOLUTION"
-EXPORT = "#| export"
 RAISES = "raises-exception"  # JupyterLab (and nbclient) run on past an error in a cell with this tag
 CHECKER = "lk.checks.ex_"  # a checker cell: never tagged, its failure must count
 NBVAL = re.compile(r"^\s*#\s*NBVAL_\w+\s*$")
-HEADING = re.compile(r"^#{2,3}\s+Exercise\s+(\d+\.\d+)\s*[:.\u2014-]\s*(.+?)\s*$", re.M)
 
 
 class NotebookError(ValueError):

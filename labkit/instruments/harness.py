@@ -20,10 +20,9 @@ lab it is the student's own, in the checkers their independent oracle. A scheme 
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +33,7 @@ from torch.utils._pytree import tree_leaves
 
 from labkit.instruments.blocks import wrap_blocks
 from labkit.instruments.tensors import check_callable, cuda_devices, op_name
+from labkit.stubs import stub_of
 
 __all__ = ["Scheme", "Compare", "Difference", "Report", "compare_step", "plain", "per_block"]
 
@@ -169,9 +169,9 @@ def _run(model: nn.Module, x: torch.Tensor, scheme: Scheme, loss_fn: Callable[[A
         meta.backward = True
         try:
             loss.backward(seed_grad)
-        except NotImplementedError:
-            raise  # a stub, as in compare_step
         except Exception as e:  # a recomputation that went wrong: reported with what was recorded before it
+            if stub_of(e) is not None:
+                raise  # an exercise's stub, not a finding (as in compare_step)
             error = f"{type(e).__name__} in backward: {_first_line(e)}"
         rng = {"cpu": torch.get_rng_state(), **{f"cuda:{d}": torch.cuda.get_rng_state(d) for d in devices}}
     return _Step(output, loss.detach(), x.grad, {n: p.grad for n, p in model.named_parameters()},
@@ -232,9 +232,9 @@ def compare_step(model: nn.Module, x: torch.Tensor, scheme: Scheme, *, differenc
         raise RuntimeError(f"compare_step: the baseline's step raised {a.error}")
     try:
         b = _run(model, x, scheme, loss_fn, seed)
-    except NotImplementedError:
-        raise  # a scheme not written yet (an exercise's stub) is no finding: the cell shows the stub's error
     except Exception as e:  # a scheme whose forward refuses is a finding, not a crash
+        if stub_of(e) is not None:
+            raise  # a scheme not written yet (an exercise's stub) is no finding: the cell shows the stub's error
         return Report(error=f"{type(e).__name__} in forward: {_first_line(e)}")
     out_a = [t for t in tree_leaves(a.output) if isinstance(t, torch.Tensor)]
     out_b = [t for t in tree_leaves(b.output) if isinstance(t, torch.Tensor)]

@@ -16,7 +16,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-EXPORT = "#| export"
+from labkit.stubs import EXPORT
+
 
 
 def lab_code(module: str, notebook: str) -> dict[str, Any]:
@@ -36,11 +37,12 @@ def places() -> list[Path]:
     return found + [Path.cwd(), Path(__file__).resolve().parents[2] / "notebooks"]
 
 
-def your_code(module: str, notebook: str) -> dict[str, Any]:
-    """Run the `#| export` cells of the student's `notebook`, in order, in a fresh namespace; return it."""
+def your_code(module: str, notebook: str, path: Path | None = None) -> dict[str, Any]:
+    """Run the `#| export` cells of the student's `notebook` (found in `places()`, or at `path`), in order, in a
+    fresh namespace; return it."""
     import nbformat
 
-    path = next((p / notebook for p in places() if (p / notebook).is_file()), None)
+    path = path or next((p / notebook for p in places() if (p / notebook).is_file()), None)
     if path is None:
         raise ImportError(f"labkit.labs.{module} is the code of your {notebook}, which is not in "
                           f"{', '.join(str(p) for p in places())}: open the labs from the kit's notebooks/ folder, "

@@ -34,7 +34,7 @@ from labkit.instruments.tensors import inputs_of
 from labkit.planners.measuring import (
     forward_seconds, nbytes, saved_by, saved_under, step_seconds, train_step, working_copy,
 )
-from labkit.plans.blocks import SCHEMES, sqrt_n_segments
+from labkit.plans.plan import SCHEMES, sqrt_n_segments
 from labkit.plans.situation import SchemeCost, Situation, check_budget
 
 __all__ = ["Advice", "Rule", "situation", "decide", "advise", "scheme"]

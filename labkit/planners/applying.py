@@ -17,7 +17,7 @@ from labkit.instruments.blocks import blocks_of, patched
 from labkit.instruments.meter import MemoryMeter
 from labkit.planners.measuring import train_step
 from labkit.planners.ways import offloaded, selective, selective_keep
-from labkit.plans.blocks import OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step, check_plan
+from labkit.plans.plan import OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step, check_plan
 
 __all__ = ["applied", "measure_step", "largest_batch"]
 

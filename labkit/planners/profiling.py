@@ -1,4 +1,4 @@
-"""Lab 07's profile of a model: what each of its blocks costs each way, measured (labkit.plans.blocks says what
+"""Lab 07's profile of a model: what each of its blocks costs each way, measured (labkit.plans.plan says what
 the figures mean and how a plan's peak is predicted from them).
 
 The bytes are the ledger's and the meter's, the times medians on the model's device; lab 04's trace and policy
@@ -24,7 +24,7 @@ from labkit.planners.measuring import (
     forward_seconds, nbytes, saved_by, saved_under, step_seconds, train_step, working_copy,
 )
 from labkit.planners.ways import offloaded, selective, selective_keep
-from labkit.plans.blocks import OFFLOAD, SELECTIVE, BlockCosts, Option, Profile
+from labkit.plans.plan import OFFLOAD, SELECTIVE, BlockCosts, Option, Profile
 
 __all__ = ["profile_model"]
 
@@ -81,7 +81,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
         core = getattr(getattr(block, "attn", None), "core", None)
         if isinstance(core, nn.Module):
             ops = trace(block, h.requires_grad_(), model=block, time=False)
-            keep = selective_keep(block, h)  # as `applied` will run it (and checked against lab 04's rule)
+            keep = selective_keep(block, h, who="profile_model")  # as `applied` runs it (lab 04's rule checked)
             kept = min(a, nbytes(h) + kept_bytes(ops, keep))
             wrap = selective(keep)
             t = _extra_seconds(block, h, wrap, repeats) if given is None else given.options[SELECTIVE].seconds

@@ -20,7 +20,8 @@ __all__ = ["selective_keep", "selective", "offloaded"]
 _POLICIES: dict[tuple[Any, ...], frozenset[str]] = {}  # (a kind of block, its input) -> lab 04's selective keep
 
 
-def selective_keep(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any] | None = None) -> frozenset[str]:
+def selective_keep(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any] | None = None,
+                   who: str = "applied") -> frozenset[str]:
     """Lab 04's selective policy (every op output outside core attention kept) for `block` on input `x`, from a
     trace of forward(x) (default the block's own; inside `applied`, the one it replaced): op keys count calls,
     and which ops run can depend on the shapes, so the trace takes x's shape; once per kind of block (class,
@@ -35,7 +36,7 @@ def selective_keep(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any
         ops = trace(forward or block, x.detach().requires_grad_(x.is_floating_point()), model=block, time=False)
         keep = lab_keep(ops)
         if not random_ok(ops, keep):
-            raise ValueError(f"applied: the selective policy for {type(block).__name__} keeps a random op that a "
+            raise ValueError(f"{who}: the selective policy for {type(block).__name__} keeps a random op that a "
                              "recomputed one follows; PyTorch's selective checkpoint would be silently wrong")
         _POLICIES[key] = keep
     return _POLICIES[key]

@@ -6,7 +6,6 @@ The solution notebook is the source: edit its `#| export` cells, then run `make 
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch

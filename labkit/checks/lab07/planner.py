@@ -22,7 +22,7 @@ def _costs(s: Any, profile: Profile) -> tuple[int, int, float]:
 
 
 def peak(plan: list, profile: Profile) -> int:
-    """peak_of, written again here so that the check does not trust labkit.plans.blocks' copy."""
+    """peak_of, written again here so that the check does not trust labkit.plans.plan' copy."""
     kept, worst = 0, 0
     for s in plan:
         keep, need, _ = _costs(s, profile)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-from labkit.checks.stubs import IN_SOURCE
+from labkit.stubs import IN_SOURCE
 
 CHECKER = re.compile(r"\blk\.checks\.ex_(\d+)_(\d+)\(")
 PRELUDE = "import labkit.course.grade.guard as _labkit_guard\n_labkit_guard.arm()"
@@ -129,6 +129,14 @@ def scan(source: str, withheld: frozenset[str] = frozenset()) -> list[str]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                 any(f"labkit.reference.{m}" in node.value for m in withheld):
             found.append("names a withheld labkit.reference module in a string")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                any(name in node.value for name in ("labkit.checks", "labkit.course", "labkit/checks", "labkit/course")):
+            found.append("names the checkers or the grader in a string")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") \
+                and node.args and _dotted(node.args[0]).split(".")[0] in ("lk", "labkit"):
+            found.append(f"calls {node.func.id} on {_dotted(node.args[0])}")
+        elif isinstance(node, ast.Attribute) and _dotted(node) == "sys.modules":
+            found.append("reads sys.modules")
     return sorted(set(found))
 
 

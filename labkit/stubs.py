@@ -1,6 +1,9 @@
-"""The stub contract: what an exercise's stub is, written once for everyone who makes or meets one.
+"""The exercise contract: the markers a solution's cells carry, and what an exercise's stub is, written once for
+everyone who makes or meets one.
 
-The student generator (labkit.course.student) replaces each solution region with ``stub_lines``: `# YOUR CODE
+A solution marks an exercise with a `## Exercise N.M: title` heading (``HEADING``) and its answer between
+``BEGIN`` and ``END`` (nbgrader's markers); a code cell whose first line is ``EXPORT`` is the lab's code that
+later labs import (labkit.labs). The student generator (labkit.course.student) replaces each solution region with ``stub_lines``: `# YOUR CODE
 HERE` and `raise NotImplementedError("Exercise N.M: title")`. The checkers (labkit.checks.base) tell a stub from
 any other error by ``stub_of``; the grader (labkit.course.grade) finds the stub cells of a pristine notebook by
 ``IN_SOURCE``. In a kernel, `import labkit` registers a handler (``install``) that shows a stub's error as one
@@ -14,7 +17,13 @@ import json
 import re
 from typing import Any
 
-__all__ = ["IN_SOURCE", "stub_message", "stub_lines", "stub_of", "message", "install"]
+__all__ = ["BEGIN", "END", "EXPORT", "HEADING", "IN_SOURCE", "stub_message", "stub_lines", "stub_of", "message",
+           "install"]
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+EXPORT = "#| export"
+HEADING = re.compile(r"^#{2,3}\s+Exercise\s+(\d+\.\d+)\s*[:.\u2014-]\s*(.+?)\s*$", re.M)  # id, title
 
 _MESSAGE = re.compile(r"^Exercise (\d+\.\d+): (.+)$")
 IN_SOURCE = re.compile(r'raise NotImplementedError\("Exercise (\d+\.\d+)')  # a stub in a cell's source
