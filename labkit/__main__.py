@@ -113,8 +113,10 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
+    import secrets
+
     from labkit.course import grade, release
-    from labkit.course.grade import report
+    from labkit.course.grade import report, sandbox
 
     try:
         labs = release.parse_labs(args.labs, release.labs(ROOT), in_order=False)
@@ -129,16 +131,20 @@ def _grade(args: argparse.Namespace) -> int:
     given = {"cell_timeout": args.timeout, "notebook_timeout": args.notebook_timeout, "memory_gib": args.memory,
              "profile": args.profile}
     limits = dict(grade.LIMITS, **{k: v for k, v in given.items() if v is not None})
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    limits["seed"] = seed
     out = Path(args.out).resolve()
-    sandboxed = "bubblewrap, network off" if not args.no_sandbox else "NONE (--no-sandbox)"
-    print(f"labkit grade: limits: cell {limits['cell_timeout']:g} s, notebook {limits['notebook_timeout']:g} s, "
-          f"memory {limits['memory_gib']:g} GiB, profile {args.profile}, {args.jobs} at a time; sandbox: {sandboxed}")
+    sandboxed = f"bubblewrap, network off, as {sandbox.identity()}" if not args.no_sandbox else "NONE (--no-sandbox)"
+    print(f"labkit grade: limits: exercise {limits['cell_timeout']:g} s, notebook {limits['notebook_timeout']:g} s, "
+          f"memory {limits['memory_gib']:g} GiB and {limits['processes']} processes a box, /tmp "
+          f"{sandbox.TMP_BYTES // 2**20} MiB, profile {args.profile}, {args.jobs} at a time; sandbox: {sandboxed}; "
+          f"hidden cases from seed {seed}")
     out.parent.mkdir(parents=True, exist_ok=True)  # made now, so the sandbox covers it with a decoy
     hidden = [ROOT, out.parent, Path.home()]
     try:
-        rows = grade.grade(ROOT, [Path(p).resolve() for p in args.submissions], labs, limits, args.jobs, hidden,
+        rows = grade.grade(ROOT, [Path(p).absolute() for p in args.submissions], labs, limits, args.jobs, hidden,
                            use_sandbox=not args.no_sandbox,
-                           executed=Path(args.executed).resolve() if args.executed else None)
+                           executed=Path(args.executed).resolve() if args.executed else None, seed=seed)
     except grade.GradeError as e:
         print(f"labkit grade: {e}", file=sys.stderr)
         return 2
@@ -185,13 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labs", help="comma-separated lab numbers to grade (default: all)")
     p.add_argument("--out", default="grades.csv", help="the gradebook (default grades.csv)")
     p.add_argument("--json", action="store_true", help="write JSON (limits and rows) instead of CSV")
-    p.add_argument("--timeout", type=float, help="seconds per cell (default 60, sized for the tiny profile)")
+    p.add_argument("--timeout", type=float, help="seconds per exercise (default 60, sized for the tiny profile)")
     p.add_argument("--notebook-timeout", type=float, help="seconds per notebook (default 300)")
     p.add_argument("--memory", type=float, help="GiB of address space per submission (default 4)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions at a time (default: cores)")
     p.add_argument("--profile", default="tiny", choices=("tiny", "cpu"),
                    help="LABKIT_PROFILE of the kernels (default tiny; the sandbox has no GPU)")
-    p.add_argument("--executed", help="a folder to keep each submission's executed notebook in")
+    p.add_argument("--executed", help="a folder to keep what was run for each submission in (JSON)")
+    p.add_argument("--seed", type=int, help="the seed of the hidden cases (default: drawn afresh, printed)")
     p.add_argument("--no-sandbox", action="store_true", help="no bubblewrap: only for notebooks you trust")
     p.set_defaults(run=_grade)
     args = parser.parse_args(argv)

@@ -55,7 +55,10 @@ def _ours(filename: str) -> bool:
 
 
 def _where(e: BaseException) -> str:
-    """' (at file:line)' of the innermost frame outside torch and labkit: the student's line."""
+    """' (at file:line)' of the innermost frame outside torch and labkit: the student's line (as the grader's box
+    saw it, for an error that came from there)."""
+    if isinstance(getattr(e, "labkit_where", None), str):
+        return e.labkit_where
     frames = [f for f in traceback.extract_tb(e.__traceback__) if not _ours(f.filename)]
     if not frames:
         return ""
@@ -95,6 +98,33 @@ def attempt(ex: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if stub_of(e) is not None:
             raise NotAttempted(ex, str(e)) from None
         raise
+
+
+# ---------------------------------------------------------------- grading: hidden cases, and where a check runs
+_HIDDEN: list[int] = []  # the seed of the cases the student never saw, while `labkit grade` runs a check
+
+
+@contextlib.contextmanager
+def hidden_cases(seed: int | None) -> Iterator[None]:
+    """While inside, a checker that has hidden cases draws them from `seed` (None: the public cases only)."""
+    _HIDDEN.append(seed)
+    try:
+        yield
+    finally:
+        _HIDDEN.pop()
+
+
+def hidden_seed() -> int | None:
+    """The seed of the hidden cases `labkit grade` asks for, or None (in a notebook, the public cases only)."""
+    return _HIDDEN[-1] if _HIDDEN else None
+
+
+def remote(check: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a check that only calls the student's functions on data and reads data back: `labkit grade` runs it
+    outside the student's process, each call answered by the sandboxed student code (docs/design.md, "Grading a
+    class")."""
+    check.remote = True
+    return check
 
 
 def passed(ex: str, what: str) -> None:

@@ -5,7 +5,7 @@ from typing import Callable
 
 import torch
 
-from labkit.checks.base import CheckFailure, attempt, passed
+from labkit.checks.base import CheckFailure, attempt, passed, remote
 
 COUNT = ("a tensor's bytes depend on how many elements it holds and how many bytes each one takes; torch.Tensor "
          "has a method for each")
@@ -25,6 +25,7 @@ def _cases() -> list[tuple[str, torch.Tensor, str]]:
             ("row 2 of a (10, 4) float32 tensor, a view", base[2], VIEW)]
 
 
+@remote
 def ex_0_1(tensor_bytes: Callable[[torch.Tensor], int]) -> None:
     """Exercise 0.1: tensor_bytes(t) returns the bytes of t's elements."""
     __tracebackhide__ = True

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from labkit.checks.base import CheckFailure, attempt, passed, trap
+from labkit.checks.base import CheckFailure, attempt, passed, remote, trap
 from labkit.checks.lab01 import hints as H
 from labkit.checks.lab01.common import Mistakes, element_size, pick_hint
 from labkit.instruments import saved_tensors
@@ -75,6 +75,7 @@ def _call_dict(predict_block_bytes: Callable[..., Any], cfg: GPTConfig, call: st
     return got
 
 
+@remote
 def ex_1_2(predict_block_bytes: Callable[[GPTConfig], dict[str, int]]) -> None:
     """Exercise 1.2: predict_block_bytes(cfg) equals the ledger of a GPTBlock, module by module."""
     __tracebackhide__ = True

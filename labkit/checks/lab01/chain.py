@@ -5,13 +5,14 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.base import CheckFailure, passed
+from labkit.checks.base import CheckFailure, passed, remote
 from labkit.checks.lab01 import hints as H
 from labkit.checks.lab01.common import call_int, element_size, pick_hint
 from labkit.instruments import saved_tensors
 from labkit.models import MLPChain, MLPConfig, mlp_input
 
 
+@remote
 def ex_1_1(predict_chain_bytes: Callable[[int, int, int, torch.dtype], int]) -> None:
     """Exercise 1.1: predict_chain_bytes(n_layers, batch, width, dtype) equals the bytes the ledger measures."""
     __tracebackhide__ = True

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from labkit.checks.base import CheckFailure, passed
+from labkit.checks.base import CheckFailure, passed, remote
 from labkit.checks.lab01 import hints as H
 from labkit.checks.lab01.common import call_int, pick_hint
 from labkit.instruments import saved_tensors
@@ -55,6 +55,7 @@ def _adam_state_bytes(model: nn.Module, x: torch.Tensor) -> int:
     return total
 
 
+@remote
 def ex_1_3(training_state_bytes: Callable[[nn.Module], int]) -> None:
     """Exercise 1.3: training_state_bytes(model) equals params + grads + Adam buffers after a real step."""
     __tracebackhide__ = True
@@ -96,6 +97,7 @@ def _measured_crossover_inputs() -> tuple[int, int]:
     return per_sample, _adam_state_bytes(model, mlp_input(model.cfg, batch))
 
 
+@remote
 def ex_1_4(crossover_batch: Callable[[int, int], int]) -> None:
     """Exercise 1.4: crossover_batch(per_sample_bytes, state_bytes) is the smallest b >= 1 with b·per >= state."""
     __tracebackhide__ = True

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from labkit.checks.base import CheckFailure, need_callable, passed
+from labkit.checks.base import CheckFailure, need_callable, passed, remote
 from labkit.checks.lab03 import hints as H
 from labkit.checks.lab03.common import call, clear, expect_error, grads, plain_grads, same, weighted, widening_chain
 from labkit.instruments import saved_tensors
@@ -101,6 +101,7 @@ def _model_hint(got: Any, n: int, k: int, a: int, b: int, e: int) -> str:
     return next((h for value, h in mistakes if got == value), H.MODEL_SPEC)
 
 
+@remote
 def ex_3_2(segment_peak: Callable[..., int], best_segments: Callable[..., int]) -> None:
     """Exercise 3.2: segment_peak = k·input + ceil(n/k)·layer + extra; best_segments its argmin over 1..n."""
     __tracebackhide__ = True

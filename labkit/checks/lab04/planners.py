@@ -6,7 +6,7 @@ from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from labkit.checks.base import CheckFailure, need_callable, passed
+from labkit.checks.base import CheckFailure, need_callable, passed, remote
 from labkit.checks.lab04 import hints as H
 from labkit.checks.lab04.common import call, expect_error, profiles, record
 from labkit.instruments.ops import OpRecord
@@ -70,6 +70,7 @@ def _bad_budgets(ex: str, fn: Callable[..., Any], ops: Sequence[OpRecord]) -> No
     expect_error(ex, "budget=1.5", TypeError, "1.5", H.BUDGET_CHECK, lambda: fn(ops, 1.5))
 
 
+@remote
 def ex_4_2(greedy_keep: Callable[..., Any]) -> None:
     """Exercise 4.2: greedy_keep keeps what the checker's greedy keeps, on made-up profiles."""
     __tracebackhide__ = True
@@ -88,6 +89,7 @@ def ex_4_2(greedy_keep: Callable[..., Any]) -> None:
                   "refused")
 
 
+@remote
 def ex_4_3(knapsack_keep: Callable[..., Any]) -> None:
     """Exercise 4.3: knapsack_keep fits the budget and keeps the most seconds, as exhaustive search finds."""
     __tracebackhide__ = True

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from labkit.checks.base import CheckFailure, need_callable, passed, trap
+from labkit.checks.base import CheckFailure, need_callable, passed, remote, trap
 from labkit.checks.lab05 import hints as H
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.instruments.ops import OpRecord, trace
@@ -54,6 +54,7 @@ def _hint(r: OpRecord, c: Ceilings, got: float, want: float) -> str:
     return {"compute": H.RT_COMPUTE, "memory": H.RT_MEMORY, "random": H.RT_RANDOM}[top]
 
 
+@remote
 def ex_5_1(roofline_seconds: Callable[..., Any]) -> None:
     """Exercise 5.1: roofline_seconds equals the checkers' own roofline time (oracle.py) on every case."""
     __tracebackhide__ = True
@@ -73,6 +74,7 @@ def ex_5_1(roofline_seconds: Callable[..., Any]) -> None:
                   "views free, no random limit on a spec sheet")
 
 
+@remote
 def ex_5_2(price: Callable[..., Any]) -> None:
     """Exercise 5.2: price replaces each record's seconds by seconds_of(record) and leaves the originals alone."""
     __tracebackhide__ = True

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 from labkit.plans import SchemeCost, Situation
-from labkit.checks.base import CheckFailure, need_callable, passed, trap
+from labkit.checks.base import CheckFailure, need_callable, passed, remote, trap
 from labkit.checks.lab06 import hints as H
 
 MiB = 2**20
@@ -39,6 +39,7 @@ def _cases() -> list[tuple[str, Situation, str | None, str]]:
     ]
 
 
+@remote
 def ex_6_3(recommend: Callable[..., Any]) -> None:
     """Exercise 6.3: recommend(situation) names the scheme labkit's advisor would, on every case."""
     __tracebackhide__ = True

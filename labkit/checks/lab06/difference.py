@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from labkit.checks.base import CheckFailure, need_callable, passed, trap
+from labkit.checks.base import CheckFailure, need_callable, passed, remote, trap
 from labkit.checks.lab06 import hints as H
 from labkit.checks.lab06.oracle import difference
 from labkit.instruments.harness import Difference
@@ -40,6 +40,7 @@ def _same(x: float, y: float) -> bool:
     return (math.isinf(x) and math.isinf(y)) or math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
 
 
+@remote
 def ex_6_1(student: Callable[..., Any]) -> None:
     """Exercise 6.1: difference(name, a, b) agrees with the checkers' own comparison (oracle.py) on every case."""
     __tracebackhide__ = True

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from labkit.checks.base import CheckFailure, need_callable, passed, trap
+from labkit.checks.base import CheckFailure, need_callable, passed, remote, trap
 from labkit.checks.lab07 import hints as H
 from labkit.plans import OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step
 
@@ -146,6 +146,7 @@ def _check(plan_blocks: Callable[..., Any], profile: Profile, budget: int) -> No
                            H.PLAN_OPTIMAL)
 
 
+@remote
 def ex_7_1(plan_blocks: Callable[..., Any]) -> None:
     """Exercise 7.1: plan_blocks returns the least-seconds plan that fits, or None, like exhaustive search; it
     leaves the profile as it was, and plans 200 blocks in under a second."""

@@ -1,22 +1,24 @@
 """`python -m labkit grade SUBMISSIONS...`: grade a class of returned notebooks without trusting them.
 
-Each submission is matched to its lab (by cell ids, else its file name), rebuilt from the pristine student
-notebook with only its answer cells taken (rebuild.py), and run by nbclient (worker.py) in its own bubblewrap
-sandbox and kernel (sandbox.py), with a cell timeout, a notebook time limit and a memory cap. What each
-checker cell did becomes one row per student and exercise (report.py): passed, failed, not attempted,
-timeout, error, missing or tampered, with the checker's one line. Nothing a submission does stops the run:
-an unreadable file, a dead kernel, a loop or a notebook of another lab is that student's rows.
+Each returned file (files.py: regular files only) is matched to its lab, its answer cells taken by cell id
+(rebuild.py) and scanned; the lab's `#| export` cells, the answers cut to their definitions, make the program a
+box runs (sandbox.py, worker.py). A judge process per job slot (judge.py) runs the box and decides each exercise:
+where the checker only calls the student's functions on data, it runs in the judge, outside the box, on cases
+drawn afresh from the run's seed besides the public ones; where it must share a process with the student's
+objects, it runs in the box, after the guard (guard.py) and before nothing else of the student's. One row per
+student and exercise (report.py): passed, failed, not attempted, timeout, error, missing or tampered.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import queue
+import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,59 +26,69 @@ import nbformat
 from tqdm.auto import tqdm
 
 from labkit.course import release
-from labkit.course.grade import report, sandbox
-from labkit.course.grade.rebuild import Pristine, match, rebuild
+from labkit.course.catalog import LABS
+from labkit.course.grade import files, report, sandbox
+from labkit.course.grade.rebuild import Pristine, match, program, rebuild
 from labkit.course.grade.report import Row
 
-LIMITS = {"cell_timeout": 60.0, "notebook_timeout": 300.0, "memory_gib": 4.0, "profile": "tiny"}
-EVENT_KEYS = {"cell", "status", "ename", "evalue", "stdout", "seconds"}
+LIMITS = {"cell_timeout": 60.0, "notebook_timeout": 300.0, "memory_gib": 4.0, "profile": "tiny", "processes": 64}
 
 
 class GradeError(ValueError):
     """A grading run that cannot start: the message names the value and what is allowed."""
 
 
-def discover(paths: list[Path]) -> list[Path]:
-    """The notebooks named: files as given, folders searched (checkpoint copies left out)."""
-    found = []
-    for path in paths:
-        if path.is_dir():
-            found += [p for p in sorted(path.rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts]
-        else:
-            found.append(path)
-    return found
+class JudgeProcess:
+    """A judge in a process of its own (python -m labkit.course.grade.judge), serving one job slot."""
 
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+        self.proc = subprocess.Popen([sys.executable, "-m", "labkit.course.grade.judge"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=dict(os.environ, LABKIT_PROFILE="tiny"))
 
-def student_name(path: Path, stems: set[str], taken: set[tuple[str, str]]) -> str:
-    """The file's stem, or its folder's name when the file is named like a lab; `name#2` for a second notebook
-    of the same lab (by file name) under one name."""
-    name = path.parent.name if path.stem in stems else path.stem
-    lab = path.name[:2] if path.stem in stems else ""
-    unique, n = name, 2
-    while (unique, lab) in taken:
-        unique, n = f"{name}#{n}", n + 1
-    taken.add((unique, lab))
-    return unique
+    def grade(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the judge of slot {self.slot} stopped (status {self.proc.poll()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
 
 class Grader:
-    """One grading run: the pristine labs, a template kit per lab, the sandbox, the limits."""
+    """One grading run: the pristine labs, a template kit per lab, the box, the judges, the limits."""
 
     def __init__(self, root: Path, labs: list[str], limits: dict, jobs: int, hidden: list[Path],
-                 use_sandbox: bool = True, executed: Path | None = None):
-        self.labs, self.limits, self.executed = labs, limits, executed
-        self.notebooks = {n: root / "notebooks" / p.name for n, p in release.labs(root).items()}
+                 use_sandbox: bool = True, executed: Path | None = None, seed: int | None = None):
+        self.labs, self.limits, self.executed, self.jobs = labs, limits, executed, jobs
+        self.seed = secrets.randbelow(2**31) if seed is None else seed
+        self.catalog = {lab.number: lab for lab in LABS}
+        self.notebooks = {n: lab.student(root) for n, lab in self.catalog.items()}
         self.pristine = {n: Pristine.read(n, p) for n, p in self.notebooks.items()}
-        self.tmp = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
-        self.templates = {lab: release.package(root, self.tmp / "kits" / lab, [lab]) for lab in labs}
-        self.digests = {lab: sandbox.digest(t) for lab, t in self.templates.items()}
-        threads = max(1, (os.cpu_count() or 1) // jobs)
         self.withheld = {lab: frozenset(m[:-3] for m in release.withheld(root, [lab])) for lab in labs}
-        self.box = sandbox.Box.make(root / "labkit", hidden + [self.tmp], threads,
-                                    limits["profile"]) if use_sandbox else None
+        self.tmp = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
+        self.tmp.chmod(0o755)  # the box's uid reads the kits and jobs in here
+        self.templates = {lab: release.package(root, self.tmp / "kits" / lab, [lab]) for lab in labs}
+        (self.tmp / "jobs").mkdir()
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        self.box = sandbox.Box.make(root / "labkit", hidden + [self.tmp], threads, limits["profile"]) \
+            if use_sandbox else None
         self.threads = threads
+        self.judges: queue.Queue = queue.Queue()
+        for slot in range(jobs):
+            self.judges.put(JudgeProcess(slot))
 
     def close(self) -> None:
+        while not self.judges.empty():
+            self.judges.get().close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def expected(self, path: Path) -> str | None:
@@ -99,121 +111,129 @@ class Grader:
             return [Row(student, "?", "", status, message)]
         return [Row(student, lab, ex, status, message) for ex in self.pristine[lab].exercises]
 
-    def grade(self, student: str, path: Path) -> list[Row]:
+    def grade(self, returned: files.Returned) -> list[Row]:
         """Every row of one submission; never raises for anything the submission holds."""
         try:
-            return self._grade(student, path)
+            return self._grade(returned)
         except Exception as e:  # noqa: BLE001  (a file no check foresaw: this student's rows, not the class's run)
-            return self.rows_for(student, self.expected(path), "error", f"could not be graded ({type(e).__name__}: {e})"[:300])
+            return self.rows_for(returned.student, self.expected(returned.path), "error",
+                                 f"could not be graded ({type(e).__name__}: {e})"[:300])
 
-    def _grade(self, student: str, path: Path) -> list[Row]:
+    def _grade(self, returned: files.Returned) -> list[Row]:
+        student, path = returned.student, returned.path
+        if returned.refused:
+            kind = "missing" if returned.refused.startswith("missing") else "error"
+            return self.rows_for(student, self.expected(path), kind, returned.refused)
         nb, problem = None, ""
         try:
-            nb = nbformat.reads(path.read_text(errors="replace"), as_version=4)
-        except FileNotFoundError:
-            problem = "missing: no such file"
-        except Exception as e:  # noqa: BLE001  (invalid JSON, not a notebook, unreadable: this student's rows)
+            nb = nbformat.reads(files.read_text(path), as_version=4)
+        except OSError as e:
+            problem = f"cannot be read ({e})"
+        except Exception as e:  # noqa: BLE001  (invalid JSON, not a notebook: this student's rows)
             problem = f"not a valid notebook ({type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''})"
         lab, other = self.identify(nb, path)
         if problem:
-            return self.rows_for(student, lab, "missing" if problem.startswith("missing") else "error", problem)
+            return self.rows_for(student, lab, "error", problem)
         if other or lab is None:
             return self.rows_for(student, lab, "missing", other or "cannot tell which lab this notebook is")
         return self.run(student, lab, nb)
 
-    def run(self, student: str, lab: str, nb: nbformat.NotebookNode) -> list[Row]:
-        pristine = self.pristine[lab]
+    def job(self, lab: str, nb: nbformat.NotebookNode) -> tuple[dict, dict, dict, set]:
+        """(the job the box runs, scan flags per exercise, statements left out per exercise, lost exercises)."""
+        pristine, entry = self.pristine[lab], self.catalog[lab]
         built = rebuild(nb, pristine, self.withheld[lab])
-        work = Path(tempfile.mkdtemp(prefix="sub-", dir=self.tmp))
-        copy = work / "kit" / "labkit"
-        shutil.copytree(self.templates[lab], copy)
-        run = work / "run"
-        run.mkdir()
-        name = self.notebooks[lab].name
-        nbformat.write(built.nb, run / name)
-        decoys = {}
-        if self.box:
-            for i, hidden in enumerate(self.box.hidden):
-                decoys[hidden] = work / "decoys" / str(i)
-                decoys[hidden].mkdir(parents=True)
-        events, ended = self._execute(copy, run, name, decoys)
-        written = sandbox.changes(copy, self.digests[lab], decoys)
-        if self.executed is not None and (run / "executed.ipynb").is_file():
-            self.executed.mkdir(parents=True, exist_ok=True)
-            shutil.copy(run / "executed.ipynb", self.executed / f"{student}.{name}")
-        cells = [{"index": i, **c.metadata["labkit_grade"]} for i, c in enumerate(built.nb.cells)
-                 if c.cell_type == "code"]
-        shutil.rmtree(work, ignore_errors=True)
-        return report.classify(student, lab, pristine.exercises, cells, events, built.flags, written, ended,
-                               self.limits, built.lost)
+        cells, dropped = program(built, pristine)
+        checks = importlib.import_module(entry.checks)
+        exercises = [{"id": ex, "checker": pristine.calls[ex][0], "args": pristine.calls[ex][1],
+                      "mode": "remote" if getattr(getattr(checks, pristine.calls[ex][0]), "remote", False) else "local",
+                      "seed": self.seed} for ex in pristine.exercises]
+        job = {"lab": lab, "module": entry.module, "notebook": entry.notebook, "checks": entry.checks,
+               "program": cells, "exercises": exercises}
+        return job, built.flags, dropped, built.lost
 
-    def _execute(self, copy: Path, run: Path, name: str, decoys: dict) -> tuple[dict[int, dict], str]:
-        """Run the worker on run/name; (events by cell index, how it ended)."""
-        read, write = os.pipe()
-        inner_run = Path(sandbox.INNER_RUN) if self.box else run
-        package = self.box.package if self.box else copy
-        # the worker by its path, not `-m labkit.course.grade.worker`: importing the labkit package would import torch
-        inner = [sys.executable, str(package / "course" / "grade" / "worker.py"), str(inner_run / name), "--fd", str(write),
-                 "--cell-timeout", str(self.limits["cell_timeout"]), "--executed", str(inner_run / "executed.ipynb"),
-                 "--memory", str(int(self.limits["memory_gib"] * 2**30))]
-        if self.box:
-            argv, env, cwd = self.box.argv(copy, run, decoys, inner), None, None
-        else:
-            env = dict(os.environ, PYTHONPATH=str(copy.parent), LABKIT_PROFILE=self.limits["profile"],
-                       LABKIT_CHECKS="raise", PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=str(self.threads))
-            argv, cwd = inner, run
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, pass_fds=(write,), start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        os.close(write)
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(os.fdopen(read, errors="replace")), daemon=True)
-        reader.start()
-        stderr: list[bytes] = []
-        errors = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
-        errors.start()
-        ended = "done"
+    def run(self, student: str, lab: str, nb: nbformat.NotebookNode) -> list[Row]:
+        job, flags, dropped, lost = self.job(lab, nb)
+        job_file = Path(tempfile.mkstemp(dir=self.tmp / "jobs", suffix=".json")[1])
+        job_file.write_text(json.dumps(job))
+        job_file.chmod(0o644)
+        judge = self.judges.get()
         try:
-            proc.wait(timeout=self.limits["notebook_timeout"])
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            ended = "killed"
-        reader.join(timeout=10)
-        errors.join(timeout=10)
-        events = {}
-        for line in lines:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict) and set(ev) == EVENT_KEYS and isinstance(ev["cell"], int) \
-                    and all(isinstance(ev[k], str) for k in EVENT_KEYS - {"cell", "seconds"}):
-                events[ev["cell"]] = ev
-        done = bool(lines) and lines[-1].strip() == json.dumps({"done": True})
-        if ended == "done" and (proc.returncode != 0 or not done):
-            tail = (b"".join(stderr).decode(errors="replace").strip().splitlines() or [""])[-1][:200]
-            ended = f"the grader's worker stopped early (status {proc.returncode}): {tail}"
-            events = {}  # a worker that did not finish vouches for nothing it wrote
-        return events, ended
+            request = {"job": job, "limits": self.limits, **self._command(lab, job_file, judge.slot)}
+            answer = judge.grade(request)
+        finally:
+            self.judges.put(judge)
+            job_file.unlink(missing_ok=True)
+        if self.executed is not None:
+            self._keep(student, lab, job, answer)
+        return report.rows(student, lab, self.pristine[lab].exercises, answer["outcomes"], answer["ended"], flags,
+                           dropped, lost)
+
+    def _command(self, lab: str, job_file: Path, slot: int) -> dict:
+        """The worker's command line, in its box (or, without one, on a copy of the kit in a folder of its own)."""
+        memory = str(int(self.limits["memory_gib"] * 2**30))
+        if self.box is not None:
+            inner = [sys.executable, str(self.box.package / "course" / "grade" / "worker.py"), sandbox.INNER_JOB,
+                     "--memory", memory]
+            return {"argv": self.box.argv(self.templates[lab], job_file, slot, inner)}
+        kit = self.templates[lab]
+        work = Path(tempfile.mkdtemp(prefix="run-", dir=self.tmp))
+        env = dict(os.environ, PYTHONPATH=str(kit.parent), LABKIT_PROFILE=self.limits["profile"],
+                   PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=str(self.threads), MPLBACKEND="Agg")
+        return {"argv": [sys.executable, str(kit / "course" / "grade" / "worker.py"), str(job_file), "--memory", memory],
+                "env": env, "cwd": str(work)}
+
+    def _keep(self, student: str, lab: str, job: dict, answer: dict) -> None:
+        """What was run for `student` and what came of it, as JSON in --executed, written without following links."""
+        name = "".join(c if c.isalnum() or c in "-_.#" else "_" for c in student)[:100]
+        target = self.executed / f"{name}.{lab}.json"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"student": student, "lab": lab, "program": job["program"], **answer}, f, indent=1)
+
+
+def preflight(grader: Grader) -> str | None:
+    """Why the boxes would not grade with the kit the grader prepared (another checkout's labkit on the path,
+    say), or None: a box imports labkit and says where from."""
+    lab = grader.labs[0]
+    probe = "import labkit, sys; print(labkit.__file__)"
+    if grader.box is not None:
+        argv = grader.box.argv(grader.templates[lab], grader.tmp / "jobs", 0, [sys.executable, "-c", probe])
+        env, want = None, grader.box.package / "__init__.py"
+    else:
+        argv = [sys.executable, "-c", probe]
+        env = dict(os.environ, PYTHONPATH=str(grader.templates[lab].parent))
+        want = grader.templates[lab] / "__init__.py"
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=grader.tmp, timeout=120)
+    where = done.stdout.strip()
+    if done.returncode != 0 or Path(where) != want:
+        return (f"a box imports labkit from {where or '(nowhere: ' + done.stderr.strip()[-200:] + ')'}, not from the "
+                f"copy the grader prepared ({want}): another checkout's labkit is installed in this environment "
+                "(an editable install pointing elsewhere?); grade from that checkout, or reinstall this one")
+    return None
 
 
 def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: int, hidden: list[Path],
-          use_sandbox: bool = True, executed: Path | None = None, progress: bool = True) -> list[Row]:
+          use_sandbox: bool = True, executed: Path | None = None, progress: bool = True,
+          seed: int | None = None) -> list[Row]:
     """Rows for every submission under `paths`, graded `jobs` at a time."""
     if use_sandbox:
         problem = sandbox.unusable()
         if problem:
             raise GradeError(f"{problem}; --no-sandbox grades without it, for notebooks you trust")
+    if executed is not None:
+        executed.mkdir(parents=True, exist_ok=True)  # made before the first box, so that every box has it covered
     hidden = hidden + [p if p.is_dir() else p.parent for p in paths] + ([executed] if executed else [])
-    grader = Grader(root, labs, limits, jobs, hidden, use_sandbox, executed)
-    stems, taken = {p.stem for p in grader.notebooks.values()}, set()
-    other_labs = {p.stem for n, p in grader.notebooks.items() if n not in labs}
-    files = [p for p in discover(paths) if p.stem not in other_labs]  # alice/01_...: not graded in this run
-    named = [(student_name(p, stems, taken), p) for p in files]
+    grader = Grader(root, labs, limits, jobs, hidden, use_sandbox, executed, seed)
     try:
+        problem = preflight(grader)
+        if problem:
+            raise GradeError(problem)
+        stems = {p.stem for p in grader.notebooks.values()}
+        other_labs = {p.stem for n, p in grader.notebooks.items() if n not in labs}
+        returned = [r for r in files.discover(paths, stems) if r.path.stem not in other_labs]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            results = pool.map(lambda sp: grader.grade(*sp), named)
-            rows = [r for rs in tqdm(results, total=len(named), desc="grading", unit="notebook",
+            results = pool.map(grader.grade, returned)
+            rows = [r for rs in tqdm(results, total=len(returned), desc="grading", unit="notebook",
                                      disable=not progress) for r in rs]
     finally:
         grader.close()

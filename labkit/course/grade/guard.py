@@ -1,12 +1,12 @@
-"""Inside a graded kernel: what a student's answer may not change, watched and put back before each checker.
+"""Inside a graded process: what a student's answer may not change, watched and put back.
 
-`arm()` runs first in the rebuilt notebook (before any student code) and notes every object a checker relies
-on: the functions and classes of labkit's modules, torch's and Python's functions a check calls, and the
-IPython machinery that reports a cell's error (custom exception handlers, input and AST transformers, event
-callbacks, sys hooks). `verify()` runs at the top of every checker cell: whatever changed since is put back,
-and one line names it, which the grader turns into a `tampered` mark on the exercises whose answer cells ran
-since the last check. Code running in the same process can defeat any such watch if it studies it; the
-sandbox around the kernel, the pristine checker cells and the static scan of answer cells are the other walls.
+`arm()` runs before any student code and notes every object a checker relies on: the functions and classes of
+labkit's modules (the top-level package included), torch's and Python's modules a check or the grader's worker
+calls, sys hooks, and, in an IPython kernel, the machinery that reports a cell's error. `verify()` runs after the
+checker: whatever changed is put back and named, and the worker turns that into a `tampered` verdict;
+`leftovers()` names what the student's code left running (threads, torch modes). Code in the same process can
+defeat any such watch if it studies it: the grader decides what it can outside the box (docs/design.md,
+"Grading a class"), and this guard is the last wall of what it cannot.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from typing import Any
 
 MARK = "[labkit grade] put back, changed by an answer:"
 _MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.autograd", "torch.testing", "torch.utils.checkpoint",
-            "numpy", "math", "builtins", "os", "importlib")
+            "torch.random", "torch.utils", "numpy", "math", "builtins", "os", "importlib", "contextlib", "functools",
+            "copy", "dataclasses", "traceback", "json", "pickle", "base64", "io", "select", "signal")
 _SHELL_LISTS = ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")
 _SHELL_ATTRS = ("CustomTB", "custom_exceptions", "showtraceback", "_showtraceback", "showsyntaxerror", "run_cell",
                 "run_ast_nodes", "run_code", "run_cell_async", "system", "displayhook")
@@ -143,8 +144,9 @@ def _put_back(key: tuple, value: Any, owner: Any) -> None:
         setattr(owner, key[1], value)
 
 
-def verify() -> list[str]:
-    """Put back whatever changed since arm(); print one line naming it (nothing when all is as it was)."""
+def verify(quiet: bool = False) -> list[str]:
+    """Put back whatever changed since arm(); print one line naming it (unless `quiet`; nothing when all is as it
+    was); the names of what changed."""
     before: dict = _state.get("watched") or {}
     now = _watched(_state.get("modules") or [])
     changed = []
@@ -158,7 +160,24 @@ def verify() -> list[str]:
                 _put_back(key, value, owner)
             except Exception:  # noqa: BLE001  (a read-only attribute: reported all the same)
                 pass
-    if changed:
+    if changed and not quiet:
         print(MARK, ", ".join(sorted(set(changed))[:8]))
     return changed
+
+
+def leftovers(threads: int) -> list[str]:
+    """What the student's code left behind that a checker does not: threads beyond the `threads` there were,
+    torch function or dispatch modes still active (they can rewrite any op a check runs)."""
+    import threading
+
+    import torch
+
+    found = []
+    if threading.active_count() > threads:
+        found.append(f"{threading.active_count() - threads} thread(s) started")
+    if torch._C._len_torch_function_stack():
+        found.append("a TorchFunctionMode left active")
+    if torch._C._len_torch_dispatch_stack():
+        found.append("a TorchDispatchMode left active")
+    return found
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import nbformat
 
-from labkit.stubs import IN_SOURCE
+from labkit.stubs import EXPORT, IN_SOURCE
 
 CHECKER = re.compile(r"\blk\.checks\.ex_(\d+)_(\d+)\(")
+CALL = re.compile(r"\blk\.checks\.(ex_\d+_\d+)\(([\w\s,]*)\)")  # a checker cell's call: the names it passes
 PRELUDE = "import labkit.course.grade.guard as _labkit_guard\n_labkit_guard.arm()"
 # Before each checker: put back what answers changed, and take `lk` from the kit again (an answer may rebind it).
 VERIFY = "import labkit.course.grade.guard as _labkit_guard; _labkit_guard.verify(); import labkit as lk\n"
@@ -46,6 +47,7 @@ class Pristine:
     exercises: list[str] = field(default_factory=list)
     answers: dict[str, list[str]] = field(default_factory=dict)  # cell id -> exercises it answers
     checkers: dict[str, list[str]] = field(default_factory=dict)  # cell id -> exercises it checks
+    calls: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # exercise -> (checker, names passed)
 
     @classmethod
     def read(cls, lab: str, path: Path) -> "Pristine":
@@ -61,6 +63,9 @@ class Pristine:
             if checks:
                 self.checkers[cell.id] = checks
                 self.exercises += [e for e in checks if e not in self.exercises]
+                for name, args in CALL.findall(cell.source):
+                    ex = name.removeprefix("ex_").replace("_", ".")
+                    self.calls[ex] = (name, [a.strip() for a in args.split(",") if a.strip()])
         return self
 
 
@@ -185,3 +190,51 @@ def rebuild(submission: nbformat.NotebookNode, pristine: Pristine, withheld: fro
     nb.cells.insert(0, prelude)
     lost = {ex for cid, exercises in pristine.answers.items() if cid not in found for ex in exercises}
     return Rebuilt(nb, found, flags, lost)
+
+
+# ---------------------------------------------------------------- the program a box runs
+DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _runs_nothing(node: ast.AST) -> bool:
+    """An assignment to plain names whose value calls nothing (a table of constants, an alias): safe at load."""
+    if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+        return False
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    plain = all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Starred, ast.Store)) for t in targets
+                for n in ast.walk(t))
+    return plain and not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr, ast.Lambda))
+                             for n in ast.walk(node.value))
+
+
+def definitions(source: str) -> tuple[str, int]:
+    """The answer cell's definitions only (imports, functions, classes, assignments that call nothing), and how
+    many top-level statements were left out: grading runs no student code but what a checker calls. A cell that
+    does not parse is kept whole, so that its SyntaxError is what grading reports."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source, 0
+    kept = [n for n in tree.body if isinstance(n, DEFINITIONS) or _runs_nothing(n)]
+    return ast.unparse(ast.Module(body=kept, type_ignores=[])), len(tree.body) - len(kept)
+
+
+def program(built: "Rebuilt", pristine: Pristine) -> tuple[list[dict], dict[str, int]]:
+    """The lab's `#| export` cells in order, as the box runs them: given cells as the kit has them, answer cells as
+    the student returned them, cut to their definitions; and per exercise how many statements were left out."""
+    cells, dropped = [], {}
+    for cell in built.nb.cells:
+        if cell.cell_type != "code" or cell.metadata.get("labkit_grade", {}).get("role") == "prelude":
+            continue
+        exercises = pristine.answers.get(cell.id, [])
+        pristine_source = next(c.source for c in pristine.nb.cells if c.get("id") == cell.id)
+        if not pristine_source.startswith(EXPORT):
+            continue
+        if exercises:
+            source, left_out = definitions(cell.source)
+            for ex in exercises:
+                dropped[ex] = dropped.get(ex, 0) + left_out
+        else:
+            source = pristine_source
+        cells.append({"id": cell.id, "exercises": exercises, "source": source})
+    return cells, dropped

@@ -1,4 +1,9 @@
-"""From what the worker saw to a gradebook: one row per student and exercise, CSV or JSON, and a summary."""
+"""From what the judge decided to a gradebook: one row per student and exercise, CSV and JSON, and a summary.
+
+The CSV is for a spreadsheet and Python's `csv` module alike: every field at most ``FIELD_CHARS`` characters (a
+cut message says so; the JSON beside it, `grades.json`, keeps it whole), no control characters, and no field
+that a spreadsheet would run as a formula (one starting with `=`, `+`, `-` or `@` gets a leading `'`).
+"""
 from __future__ import annotations
 
 import csv
@@ -8,10 +13,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from labkit.course.grade.guard import MARK
-
 STATUSES = ("passed", "failed", "not attempted", "timeout", "error", "missing", "tampered")
 COLUMNS = ("student", "lab", "exercise", "status", "message", "seconds")
+FIELD_CHARS = 500
+CUT = " [cut: the JSON report has it whole]"
 
 
 @dataclass
@@ -24,7 +29,8 @@ class Row:
     seconds: float = 0.0
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
+    """The first line of `text` with something on it, colours dropped."""
     lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() if line.strip()]
     return lines[0][:300] if lines else ""
 
@@ -34,91 +40,64 @@ def _span(exercises: list[str], start: str) -> str:
     return start if len(rest) == 1 else f"{rest[0]}\u2013{rest[-1]}"
 
 
-def _checked(ev: dict, ex: str, cell_timeout: float) -> tuple[str, str]:
-    """Status and message of one checker cell's run."""
-    if ev["status"] == "dead":
-        return "error", f"kernel died in Exercise {ex}'s checker"
-    if ev["status"] == "timeout":
-        return "timeout", f"the checker ran past the cell timeout ({cell_timeout:g} s)"
-    if ev["status"] == "error":
-        line = _first_line(ev["evalue"]) or ev["ename"]
-        kind = {"NotAttempted": "not attempted", "CheckFailure": "failed"}.get(ev["ename"], "error")
-        return kind, line if kind != "error" else f"{ev['ename']}: {line}"
-    passed = re.search(rf"^\[ex {re.escape(ex)}\] passed.*$", ev["stdout"], re.M)
-    if passed:
-        return "passed", passed.group(0)[:300]
-    return "failed", f"the checker printed no pass line ({_first_line(ev['stdout']) or 'no output'})"
-
-
-def classify(student: str, lab: str, exercises: list[str], cells: list[dict], events: dict[int, dict],
-             flags: dict[str, list[str]], written: list[str], ended: str, limits: dict,
-             lost: set[str] = frozenset()) -> list[Row]:
-    """Rows for one submission. `cells`: each rebuilt code cell's index, role and exercises; `events`: the worker's
-    report by cell index; `flags`: scan findings per exercise; `written`: what it wrote where it must not;
-    `ended`: "done", "killed" (the notebook's time limit) or a message of why the worker stopped; `lost`: exercises
-    whose answer cell the returned file does not have (deleted, or its cell ids lost)."""
-    status: dict[str, tuple[str, str]] = {}
-    seconds: Counter = Counter()
-    pending: list[str] = []  # exercises whose answer cells ran since the last checker
-    answer_error: dict[str, str] = {}
-    for cell in cells:
-        ev = events.get(cell["index"])
-        if cell["role"] == "answer" and ev is not None:
-            pending += cell["exercises"]
-            if ev["status"] == "timeout":
-                for ex in cell["exercises"]:
-                    answer_error[ex] = "timeout"
-            elif ev["ename"]:
-                for ex in cell["exercises"]:
-                    answer_error[ex] = f"{ev['ename']}: {_first_line(ev['evalue'])}"[:200]
-        if cell["role"] != "checker" or ev is None:
+def rows(student: str, lab: str, exercises: list[str], outcomes: dict, ended: str, flags: dict[str, list[str]],
+         dropped: dict[str, int], lost: set[str]) -> list[Row]:
+    """Rows for one submission. `outcomes`: exercise -> the judge's Outcome (as a dict); `ended`: "" or why the box
+    stopped before the rest; `flags`: scan findings per exercise; `dropped`: top-level statements of each
+    exercise's answer cell left out (grading runs definitions only); `lost`: exercises whose answer cell the
+    returned file does not have."""
+    status: dict[str, tuple[str, str, float]] = {}
+    for ex in exercises:
+        found = outcomes.get(ex)
+        if found is None:
+            first = next(e for e in exercises if e not in outcomes)
+            status[ex] = ("error" if "time limit" not in ended else "timeout",
+                          f"{ended or 'not run'}; {_span(exercises, first)} not graded"[:300], 0.0)
             continue
-        if MARK in ev["stdout"]:
-            for ex in pending or cell["exercises"]:
-                status[ex] = ("tampered", _first_line(ev["stdout"][ev["stdout"].index(MARK):]))
-        pending = []
-        for ex in cell["exercises"]:
-            seconds[ex] += ev["seconds"]
-            if status.get(ex, ("passed",))[0] == "passed" or ex not in status:
-                kind, message = _checked(ev, ex, limits["cell_timeout"])
-                if kind != "passed" and answer_error.get(ex) == "timeout":
-                    kind, message = "timeout", f"the exercise cell ran past the cell timeout ({limits['cell_timeout']:g} s)"
-                elif kind in ("failed", "error", "not attempted") and ex in answer_error:
-                    message += f" (the exercise cell raised {answer_error[ex]})"
-                status[ex] = (kind, message)
-    ungraded = [ex for ex in exercises if ex not in status]
-    if ungraded:
-        first, span = ungraded[0], _span(exercises, ungraded[0])
-        died = any(ev["status"] == "dead" for ev in events.values())
-        why = (("error", f"kernel died in Exercise {first}; {span} not graded") if died else
-               ("timeout", f"the notebook's time limit ({limits['notebook_timeout']:g} s) ran out in Exercise {first}; "
-                           f"{span} not graded") if ended == "killed" else
-               ("error", f"not run ({ended}); {span} not graded"))
-        for ex in ungraded:
-            status[ex] = why
+        kind, message = found["status"], found["message"]
+        kind = kind if kind in STATUSES else "error"
+        if kind == "failed":
+            message = message.split("\nHint:")[0].strip()
+        status[ex] = (kind, first_line(message) if kind != "failed" else message[:1000], found.get("seconds", 0.0))
     for ex in lost:
         if status.get(ex, ("",))[0] == "not attempted":
-            status[ex] = ("not attempted", status[ex][1] + " (its exercise cell is not in the returned file: "
-                                                           "deleted, or the notebook lost its cell ids)")
+            kind, message, seconds = status[ex]
+            status[ex] = (kind, message + " (its exercise cell is not in the returned file: deleted, or the notebook "
+                                          "lost its cell ids)", seconds)
     for ex, found in flags.items():
         if ex in status:
-            status[ex] = ("tampered", "the answer cell " + "; ".join(found))
-    if written:
-        note = "tried to write outside its folder: " + "; ".join(written[:3]) + (" ..." if len(written) > 3 else "")
-        status = {ex: ("tampered", note) for ex in status}
-    return [Row(student, lab, ex, *status[ex], round(seconds[ex], 2)) for ex in exercises]
+            status[ex] = ("tampered", "the answer cell " + "; ".join(found), status[ex][2])
+    for ex, n in dropped.items():
+        if ex in status and n:
+            kind, message, seconds = status[ex]
+            status[ex] = (kind, f"{message} ({n} top-level statement{'s' * (n != 1)} of the answer cell not run: "
+                                "grading runs its definitions only)", seconds)
+    return [Row(student, lab, ex, status[ex][0], status[ex][1], round(status[ex][2], 2)) for ex in exercises]
+
+
+def _cell(value: object) -> object:
+    """One CSV field: bounded, printable, never a formula."""
+    if not isinstance(value, str):
+        return value
+    text = "".join(c if c.isprintable() else " " for c in value)
+    if len(text) > FIELD_CHARS:
+        text = text[:FIELD_CHARS - len(CUT)] + CUT
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def write(rows: list[Row], path: Path, as_json: bool, limits: dict) -> None:
-    """The gradebook: CSV with COLUMNS, or JSON {"limits": ..., "rows": [...]}."""
+    """The gradebook: JSON {"limits": ..., "rows": [...]} at `path`, or CSV with COLUMNS at `path` and the same
+    JSON, whole, beside it (`grades.json` for `grades.csv`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    whole = json.dumps({"limits": limits, "rows": [asdict(r) for r in rows]}, indent=1, ensure_ascii=False) + "\n"
     if as_json:
-        path.write_text(json.dumps({"limits": limits, "rows": [asdict(r) for r in rows]}, indent=1) + "\n")
+        path.write_text(whole, encoding="utf-8")
         return
-    with path.open("w", newline="") as f:
+    path.with_suffix(".json").write_text(whole, encoding="utf-8")
+    with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows(asdict(r) for r in rows)
+        writer.writerows({k: _cell(v) for k, v in asdict(r).items()} for r in rows)
 
 
 def summary(rows: list[Row]) -> str:

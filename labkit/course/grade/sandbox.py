@@ -1,26 +1,37 @@
-"""The box one submission runs in: bubblewrap, the network off, the grader's files out of reach.
+"""The box one submission runs in: bubblewrap, as a user of its own without privileges, the network off, the
+grader's files out of reach, every writable place small.
 
-Inside, the whole system is read-only. The kit's folder (solutions and reference answers included), the
-instructor's home, the folders of the submissions and of the gradebook are each covered by an empty decoy
-folder, /tmp by a fresh tmpfs; the Python environment is bound back read-only where a cover hid it. The kit's
-package is a throwaway copy (of the graded kit: reference answers of the graded lab and later ones left out),
-bound where the package was. After the run, any file in a decoy and any change to the copy is reported: the
-submission tried to write where it must not, and is marked tampered. The worker caps memory (RLIMIT_AS, inherited
-by the kernel); the grader kills the box at the notebook's time limit.
+- **Who**: run by root, the box's processes are a uid of their own (``BOX_UID`` + the job slot: two boxes that run
+  at once cannot signal or trace each other), set by setpriv before bwrap, where that uid can read the Python
+  environment; where it cannot (an interpreter under root's home), the box keeps root's uid outside and is
+  uid 65534 inside, with no capabilities. Either way, inside, a user namespace that can make no other
+  (``--disable-userns``) and no capabilities (``--cap-drop ALL``): mounts cannot be undone, `/` cannot be
+  remounted, nothing outside /tmp can be written, and the box sees no process but its own. Run by another user,
+  the box is that user, without capabilities all the same. ``identity()`` says which.
+- **What it sees**: the whole system read-only; the kit's folder (solutions and reference answers), the grader's
+  home and the folders of the submissions and of the gradebook each covered by an empty read-only folder; the
+  Python environment bound back read-only where a cover hid it (the covers are small tmpfs folders, made
+  read-only once the environment is bound inside them); the kit's package a copy of the graded kit (the
+  reference answers of the graded lab and later ones left out), read-only; the job the grader built, read-only.
+- **Where it writes**: only /tmp, a tmpfs of ``TMP_BYTES``.
+- **What it may use**: the judge (judge.py) watches the box's processes from outside and kills the box past its
+  memory or process limit; the worker caps a file's size and each exercise's address space.
 """
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
 import shutil
 import site
-import stat
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-INNER_RUN = "/tmp/run"  # the submission's working folder, as the sandbox sees it
+BOX_UID = 61000  # the first uid of the boxes when the grader runs as root (one per job slot)
+TMP_BYTES = 256 * 2**20  # /tmp in the box, in memory: what a submission may write in all
+INNER_JOB = "/tmp/job.json"  # where the box sees the grader's job (a read-only file on its tmpfs)
+COVER_BYTES = 1 << 16  # a cover over a hidden folder: an empty tmpfs, read-only once the binds inside it are made
 
 
 def bwrap() -> str | None:
@@ -28,36 +39,50 @@ def bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
+def _privileged() -> bool:
+    return os.geteuid() == 0
+
+
+_BWRAP = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent"]
+
+
+def _setpriv(slot: int) -> list[str]:
+    uid = BOX_UID + slot
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+            "--no-new-privs"]
+
+
+@functools.cache
+def identity() -> str:
+    """Who the boxes run as: "own uid" (root drops to BOX_UID + slot), "root without capabilities" (root, whose
+    Python environment another uid cannot read), or "the grader's user" (not root)."""
+    if not _privileged():
+        return "the grader's user"
+    probe = [bwrap() or "bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *_BWRAP, sys.executable,
+             "-c", "import torch"]
+    return "own uid" if subprocess.run(_setpriv(0) + probe, capture_output=True).returncode == 0 else \
+        "root without capabilities"
+
+
+def _user(slot: int) -> list[str]:
+    """The command prefix that drops root for the box's own uid (none when the grader is not root, or that uid
+    cannot read the Python environment)."""
+    return _setpriv(slot) if identity() == "own uid" else []
+
+
 def unusable() -> str | None:
-    """Why bubblewrap cannot run a box here (not installed, or no user namespaces), or None when it can."""
+    """Why the box cannot be made here (bubblewrap missing, too old, no user namespaces, no setpriv for root),
+    or None when it can."""
     if bwrap() is None:
         return "bubblewrap (bwrap) is not installed: labkit grade runs each submission in it " \
                "(Debian/Ubuntu: apt-get install bubblewrap)"
-    probe = subprocess.run([bwrap(), "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                           capture_output=True, text=True)
+    if _privileged() and shutil.which("setpriv") is None:
+        return "run as root, labkit grade drops to a uid of its own with setpriv (util-linux), which is not installed"
+    probe = subprocess.run(_user(0) + [bwrap(), "--ro-bind", "/", "/", *_BWRAP, "true"], capture_output=True, text=True)
     if probe.returncode != 0:
-        return f"bubblewrap cannot make a sandbox here ({probe.stderr.strip()[:200]})"
+        return f"bubblewrap cannot make the box here ({probe.stderr.strip()[:200]}); it needs bubblewrap 0.8 " \
+               "or newer and user namespaces"
     return None
-
-
-def _fingerprint(path: Path) -> str:
-    """sha256 of a regular file (read in chunks), a link's target text, or the kind of anything else."""
-    mode = os.lstat(path).st_mode
-    if stat.S_ISLNK(mode):
-        return "link to " + os.readlink(path)
-    if stat.S_ISREG(mode):
-        sha = hashlib.sha256()
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                sha.update(chunk)
-        return sha.hexdigest()
-    return f"special file (mode {mode:o})"
-
-
-def digest(folder: Path) -> dict[str, str]:
-    """Relative path -> fingerprint of everything under `folder` but folders (links are not followed)."""
-    return {str(p.relative_to(folder)): _fingerprint(p) for p in sorted(folder.rglob("*"))
-            if p.is_symlink() or not p.is_dir()}
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -66,19 +91,18 @@ def _inside(path: Path, folder: Path) -> bool:
 
 @dataclass
 class Box:
-    """What every sandbox of one grading run shares."""
+    """What every box of one grading run shares."""
 
-    package: Path  # where labkit is imported from (the copy is bound here)
-    hidden: list[Path]  # folders covered by decoys
+    package: Path  # where labkit is imported from (a copy of the graded kit is bound here)
+    hidden: list[Path]  # folders covered by empty ones
     env: dict[str, str]
 
     @classmethod
     def make(cls, package: Path, hidden: list[Path], threads: int, profile: str) -> "Box":
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp/home",
-               "LABKIT_PROFILE": profile, "LABKIT_CHECKS": "raise", "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONHASHSEED": "0", "MPLCONFIGDIR": "/tmp/home/.matplotlib", "IPYTHONDIR": "/tmp/home/.ipython",
-               "JUPYTER_RUNTIME_DIR": "/tmp/home/.jupyter-runtime", "JUPYTER_PLATFORM_DIRS": "1",
-               "LANG": "C.UTF-8", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+               "LABKIT_PROFILE": profile, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+               "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/home/.matplotlib", "LANG": "C.UTF-8",
+               "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         resolved = sorted({p.resolve() for p in hidden if p.exists()}, key=lambda p: len(p.parts))
         return cls(package.resolve(), resolved, env)
 
@@ -93,33 +117,25 @@ class Box:
         return sorted((p for p in needed if not _inside(kit, p) and any(_inside(p, h) for h in self.hidden + [Path("/tmp")])),
                       key=lambda p: len(p.parts))
 
-    def argv(self, copy: Path, run: Path, decoys: dict[Path, Path], inner: list[str]) -> list[str]:
-        """The bwrap command line running `inner` with `copy` as the package and `run` as the working folder."""
-        args = [bwrap() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    def argv(self, kit: Path, job: Path, slot: int, inner: list[str]) -> list[str]:
+        """The command line running `inner` in a box: `kit` (a copy of the package) bound read-only as the package,
+        `job` read-only at INNER_JOB."""
+        args = [bwrap() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
         for sockets in ("/run", "/var/run"):  # the host's sockets (D-Bus, docker): read-only does not stop connect()
             if os.path.isdir(sockets) and not os.path.islink(sockets):
                 args += ["--tmpfs", sockets]
         for hidden in self.hidden:
-            args += ["--bind", str(decoys[hidden]), str(hidden)]
+            args += ["--size", str(COVER_BYTES), "--tmpfs", str(hidden)]
         for path in self.restores():
             args += ["--ro-bind", str(path), str(path)]
-        args += ["--bind", str(copy), str(self.package), "--bind", str(run), INNER_RUN, "--dir", "/tmp/home",
-                 "--chdir", INNER_RUN, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+        args += ["--ro-bind", str(kit), str(self.package)]
+        for hidden in self.hidden:
+            args += ["--remount-ro", str(hidden)]
+        args += ["--ro-bind", str(job), INNER_JOB, "--dir", "/tmp/home",
+                 "--chdir", "/tmp", *_BWRAP, "--new-session", "--clearenv"]
+        if identity() == "root without capabilities":
+            args += ["--uid", "65534", "--gid", "65534"]
         for key, value in self.env.items():
             args += ["--setenv", key, value]
-        return args + ["--"] + inner
-
-
-def changes(copy: Path, expected: dict[str, str], decoys: dict[Path, Path]) -> list[str]:
-    """What a run wrote where it must not: files of the kit copy changed, added or removed; files in decoys."""
-    found = []
-    now = digest(copy)
-    for name in sorted(set(now) | set(expected)):
-        if now.get(name) != expected.get(name):
-            verb = "added" if name not in expected else "removed" if name not in now else "changed"
-            found.append(f"{verb} labkit/{name}")
-    for hidden, decoy in decoys.items():
-        for path in sorted(decoy.rglob("*")):
-            if path.is_symlink() or not path.is_dir():
-                found.append(f"wrote {hidden / path.relative_to(decoy)}")
-    return found
+        return _user(slot) + args + ["--"] + inner

@@ -1,88 +1,241 @@
-"""Inside the sandbox: run one rebuilt notebook cell by cell and report what each cell did, nothing more.
+"""Inside the box: a fork server that grades one submission, each exercise in a child process of its own.
 
-`python labkit/course/grade/worker.py NOTEBOOK --fd N --cell-timeout S --executed OUT` (run by its path: it imports
-neither labkit nor torch, only nbclient; the kernel does the rest) writes one JSON line per code
-cell to file descriptor N, a pipe only this process holds (the kernel it starts does not inherit it, so
-student code cannot write to it): the cell's index, status (`ok`, `error`, `timeout`, `dead`), the error's
-name and value, its stdout, and seconds. The grader outside the sandbox turns these into grades.
+`python labkit/course/grade/worker.py JOB --fd-in N --fd-out M [--memory BYTES] [--seconds S]` (run by its path in
+the sandbox). JOB is the program the grader built (rebuild.program): the lab's given `#| export` cells and the
+student's answer cells cut to their definitions. This process imports the kit and torch once and never runs a
+line of the student's code itself; for each exercise the judge asks for, it forks a child that runs the program
+in a fresh namespace, then either
+
+- ``remote``: serves the judge's calls of the student's functions, answering with encoded values (wire.py): the
+  checker runs in the judge, outside the box, and decides there; or
+- ``local``: runs the lab's checker itself (an exercise whose objects must live in one process with the
+  checker: an autograd Function, a checkpoint, a patched model), then the guard's verification, and sends a
+  verdict, which is as trustworthy as the process it came from (docs/design.md, "Grading a class").
+
+This process relays every message between the judge and the child, so the child never holds the judge's pipes;
+it kills a child past the time limit and reports how each child ended. It is not dumpable: a child (same user)
+cannot attach to it or read its memory.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import ctypes
+import io
 import json
 import os
+import pickle
 import resource
+import select
+import signal
+import sys
+import tempfile
+import threading
 import time
+import traceback
+import types
+from contextlib import redirect_stdout
 from pathlib import Path
+from typing import Any
 
-import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parents[3]))  # the box's copy of the kit: labkit/course/grade/worker.py -> its root
 
+import torch  # noqa: E402,F401  (loaded once, here, before any fork: every child starts with it)
 
-def _stdout(cell: nbformat.NotebookNode) -> str:
-    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == "stdout")
+import labkit  # noqa: E402,F401  (every module a checker relies on is loaded before any student code)
+from labkit.course.grade import guard, wire  # noqa: E402
+from labkit.stubs import stub_of  # noqa: E402
 
-
-def _error(cell: nbformat.NotebookNode) -> tuple[str, str]:
-    for o in cell.outputs:
-        if o.output_type == "error":
-            return o.ename, o.evalue
-    return "", ""
+PR_SET_DUMPABLE = 4
 
 
-def run(path: Path, report, cell_timeout: float, executed: Path | None) -> None:
-    """Execute `path` in its folder, reporting each code cell to `report` (a text file)."""
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=False,
-                            interrupt_on_timeout=True, resources={"metadata": {"path": str(path.parent)}})
+# ---------------------------------------------------------------- in the child
+def _namespace(job: dict) -> tuple[dict, dict[str, str]]:
+    """Run the program: every cell in order in one fresh module; (its names, exercise -> the error its cell raised)."""
+    module = types.ModuleType(f"labkit.yours.{job['module']}", f"the answers graded, lab {job['lab']}")
+    sys.modules[module.__name__] = module  # dataclasses and pickle look a class's module up here
+    errors: dict[str, str] = {}
+    for cell in job["program"]:
+        where = f"<{job['notebook']}, cell {cell['id']}>"
+        try:
+            exec(compile(cell["source"], where, "exec"), vars(module))
+        except Exception as e:  # noqa: BLE001  (a student's cell: its exercises are graded with this error)
+            for ex in cell["exercises"]:
+                errors.setdefault(ex, f"{type(e).__name__}: {_first_line(e)}{_where(e)}")
+    return vars(module), errors
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
+
+
+def _where(e: BaseException) -> str:
+    """' (at <notebook, cell c004>:7)': the innermost frame of the student's own cells."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith("<")]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+def _raised(e: BaseException) -> dict:
+    stub = stub_of(e)
+    return {"op": "raised", "type": type(e).__name__[:60], "message": str(e)[:2000], "where": _where(e),
+            "stub": list(stub) if stub else None}
+
+
+def _decode_args(blob: str, fd_in: int, fd_out: int) -> tuple[list, dict]:
+    """The judge's arguments (pickled by the trusted side), callbacks turned into calls back to the judge."""
+    args, kwargs = pickle.loads(base64.b64decode(blob))
+
+    def callback(handle: int):
+        def call(*a: Any, **k: Any) -> Any:
+            wire.send(fd_out, {"op": "callback", "handle": handle, "args": wire.encode([list(a), k])})
+            answer = wire.receive(fd_in)
+            if answer.get("op") != "returned":
+                raise RuntimeError("the grader's callback did not answer")
+            return pickle.loads(base64.b64decode(answer["value"]))
+        return call
+
+    fix = lambda v: callback(v["callback"]) if isinstance(v, dict) and set(v) == {"callback"} else v  # noqa: E731
+    return [fix(a) for a in args], {k: fix(v) for k, v in kwargs.items()}
+
+
+def _serve(names: dict, fd_in: int, fd_out: int) -> None:
+    """Remote: answer the judge's calls until it says end."""
+    while True:
+        message = wire.receive(fd_in)
+        if message.get("op") == "end":
+            return
+        try:
+            fn = names[message["name"]]
+            args, kwargs = _decode_args(message["args"], fd_in, fd_out)
+            value = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001  (whatever the student's code raises goes to the judge as data)
+            if isinstance(e, KeyError) and message.get("name") not in names:
+                e = NameError(f"name {message.get('name')!r} is not defined")
+            wire.send(fd_out, _raised(e))
+            continue
+        after = [wire.encode(a) if isinstance(a, (torch.Tensor, list)) else None for a in args]  # what it changed
+        wire.send(fd_out, {"op": "result", "value": wire.encode(value), "after": after})
+
+
+def _check_locally(exercise: dict, names: dict, fd_out: int, check: Any, threads: int) -> None:
+    """Local: run the checker here, then the guard; one verdict. `check` (the raw check, without the notebook's
+    display wrapper) and the guard's functions were taken before the program ran, so that nothing a definition
+    did at load time (a decorator, a default argument) can swap them."""
+    from labkit.checks import base
+
+    verify, leftovers = guard.verify, guard.leftovers
+    out = io.StringIO()
     try:
-        with client.setup_kernel():
-            for index, cell in enumerate(nb.cells):
-                if cell.cell_type != "code":
-                    continue
-                start, status = time.monotonic(), "ok"
-                try:
-                    client.execute_cell(cell, index)
-                except CellExecutionError:
-                    status = "error"
-                except CellTimeoutError:
-                    status = "timeout"
-                except DeadKernelError:
-                    status = "dead"
-                seconds = time.monotonic() - start
-                ename, evalue = _error(cell)
-                if seconds >= cell_timeout and (status == "error" or ename == "KeyboardInterrupt"):
-                    status = "timeout"  # nbclient interrupted it (KeyboardInterrupt, or what the code made of it)
-                report.write(json.dumps({"cell": index, "status": status, "ename": ename, "evalue": evalue[:2000],
-                                         "stdout": _stdout(cell)[-4000:], "seconds": round(seconds, 2)}) + "\n")
-                report.flush()
-                if status == "dead":
-                    break
-        report.write(json.dumps({"done": True}) + "\n")  # the grader trusts the lines only with this one last
-        report.flush()
-    finally:
-        if executed is not None:
-            nbformat.write(nb, executed)
+        args = [names[a] for a in exercise["args"]]
+        with redirect_stdout(out), base.hidden_cases(exercise.get("seed")):
+            check(*args)
+        verdict = {"status": "passed", "message": _pass_line(out.getvalue(), exercise["id"])}
+    except KeyError as e:
+        verdict = {"status": "not attempted", "message": f"{e.args[0]!r} is not defined by the answer cells"}
+    except base.NotAttempted as e:
+        verdict = {"status": "not attempted", "message": _first_line(e)}
+    except base.CheckFailure as e:
+        verdict = {"status": "failed", "message": str(e)[:2000]}
+    except BaseException as e:  # noqa: BLE001  (a check the student's code broke: an error, never a pass)
+        verdict = {"status": "error", "message": f"{type(e).__name__}: {_first_line(e)}{_where(e)}"}
+    tampered = verify(quiet=True) + leftovers(threads)
+    if tampered:
+        verdict = {"status": "tampered", "message": "changed what the checker relies on: " + ", ".join(tampered[:6])}
+    wire.send(fd_out, {"op": "verdict", **verdict})
+
+
+def _pass_line(text: str, ex: str) -> str:
+    lines = [line for line in text.splitlines() if line.startswith(f"[ex {ex}] passed")]
+    return lines[-1][:300] if lines else f"[ex {ex}] passed"
+
+
+def child(job: dict, exercise: dict, fd_in: int, fd_out: int, memory: int | None) -> None:
+    """One exercise, in a process of its own: the program, then remote calls or the local check."""
+    import importlib
+
+    if memory:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    os.chdir(tempfile.mkdtemp(prefix=f"ex{exercise['id']}-"))  # a fresh folder: nothing of another exercise's
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)  # what the student's code prints goes nowhere: the verdict is not read from it
+    check = getattr(importlib.import_module(job["checks"]), exercise["checker"])
+    threads = threading.active_count()
+    names, errors = _namespace(job)
+    wire.send(fd_out, {"op": "loaded", "errors": errors})
+    if exercise["mode"] == "remote":
+        _serve(names, fd_in, fd_out)
+    else:
+        _check_locally(exercise, names, fd_out, check, threads)
+
+
+# ---------------------------------------------------------------- in the server
+def _relay(judge_in: int, judge_out: int, pid: int, from_child: int, to_child: int, seconds: float) -> str:
+    """Forward messages both ways until the child exits; how it ended: "exited 0", "killed: time", ..."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            return "timeout"
+        ready, _, _ = select.select([judge_in, from_child], [], [], min(left, 1.0))
+        try:
+            if from_child in ready:
+                wire.send(judge_out, {"op": "child", "message": wire.receive(from_child)})
+            if judge_in in ready:
+                message = wire.receive(judge_in)
+                if message.get("op") == "kill":
+                    os.kill(pid, signal.SIGKILL)
+                    return "killed by the judge"
+                wire.send(to_child, message)
+        except EOFError:
+            return "ended"
+        except (wire.WireError, OSError) as e:  # the child broke the protocol, or closed its pipe mid-message
+            os.kill(pid, signal.SIGKILL)
+            return f"broke the protocol ({e})"
+
+
+def run(job: dict, judge_in: int, judge_out: int, memory: int | None, seconds: float) -> None:
+    """Serve the judge: {"op": "start", "exercise": {...}} forks a child; {"op": "quit"} ends."""
+    while True:
+        message = wire.receive(judge_in)
+        if message.get("op") != "start":
+            return
+        exercise = message["exercise"]
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:  # the child: nothing of the server's pipes but its own two ends
+            os.close(judge_in), os.close(judge_out), os.close(to_w), os.close(from_r)
+            code = 0
+            try:
+                child(job, exercise, to_r, from_w, memory)
+            except BaseException:  # noqa: BLE001  (a child's end, whatever the student's code did)
+                code = 1
+            os._exit(code)
+        os.close(to_r), os.close(from_w)
+        how = _relay(judge_in, judge_out, pid, from_r, to_w, seconds)
+        _, status = os.waitpid(pid, 0)
+        os.close(from_r), os.close(to_w)
+        wire.send(judge_out, {"op": "ended", "how": how, "status": status, "seconds": round(time.monotonic() - start, 2)})
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="labkit/course/grade/worker.py")
-    parser.add_argument("notebook", type=Path)
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--cell-timeout", type=float, required=True)
-    parser.add_argument("--executed", type=Path)
-    parser.add_argument("--memory", type=int, help="bytes of address space for this process and the kernel")
+    parser.add_argument("job", type=Path)
+    parser.add_argument("--fd-in", type=int, required=True)
+    parser.add_argument("--fd-out", type=int, required=True)
+    parser.add_argument("--memory", type=int, help="bytes of address space per exercise's process")
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds per exercise")
     args = parser.parse_args(argv)
-    if args.memory:
-        resource.setrlimit(resource.RLIMIT_AS, (args.memory, args.memory))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (2**30, 2**30))  # no file over 1 GiB: the host's disk is not theirs
-    # Not dumpable: the kernel (same user, same box) may not open this process's /proc/PID/fd, so it cannot
-    # write to the report pipe. PR_SET_DUMPABLE is 4.
-    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
-    with os.fdopen(args.fd, "w") as report:
-        run(args.notebook, report, args.cell_timeout, args.executed)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2**28, 2**28))  # no file over 256 MiB
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    job = json.loads(args.job.read_text())
+    guard.arm()
+    run(job, args.fd_in, args.fd_out, args.memory, args.seconds)
     return 0
 
 

@@ -1,0 +1,348 @@
+"""Outside the box: one submission graded, exercise by exercise, the verdict decided where the student's code cannot reach.
+
+``Judge.run(argv, job)`` starts the box (the worker in bubblewrap, sandbox.py), watches its memory, processes and
+time from outside (``Watch``), and for each exercise asks the worker for a child process. A ``remote`` exercise's
+checker runs here, in this process: every call of a student's function is a ``StudentFunction`` that sends the
+arguments into the box and reads back an encoded value (wire.py), which this side rebuilds as plain data; the
+checker compares it with what it computes itself, and nothing the student's code prints or sends is a verdict.
+A ``local`` exercise's checker runs in the box; its verdict is the box's word (docs/design.md, "Grading a class").
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib
+import io
+import os
+import pickle
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from labkit.checks import base
+from labkit.course.grade import wire
+from labkit.stubs import stub_message
+
+__all__ = ["Outcome", "BoxGone", "Watch", "Judge"]
+
+
+@dataclass
+class Outcome:
+    """What became of one exercise."""
+
+    status: str  # passed | failed | not attempted | timeout | error | tampered
+    message: str
+    seconds: float = 0.0
+
+
+class BoxGone(BaseException):
+    """The box died, stalled or broke the protocol while a check waited on it (a BaseException: the checkers'
+    `except Exception` must not turn it into a student's error)."""
+
+
+class Watch:
+    """The box's processes, from outside: their memory and number, killed together when over a limit."""
+
+    def __init__(self, proc: subprocess.Popen, memory: int, processes: int) -> None:
+        self.proc, self.memory, self.processes = proc, memory, processes
+        self.why = ""  # why the box was killed, "" while it was not
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _tree(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat", "rb") as f:
+                        ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry))
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo += children.get(pid, [])
+        return found
+
+    @staticmethod
+    def _rss(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2) and self.proc.poll() is None:
+            pids = self._tree()
+            rss = sum(self._rss(p) for p in pids)
+            if rss > self.memory or len(pids) > self.processes:
+                self.why = (f"memory over the box's limit ({rss / 2**30:.1f} GiB > {self.memory / 2**30:g} GiB)"
+                            if rss > self.memory else f"{len(pids)} processes, over the box's limit of {self.processes}")
+                self.kill()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class _Channel:
+    """The pipes to the worker: one exercise's messages, each with a deadline."""
+
+    def __init__(self, to_box: int, from_box: int, watch: Watch) -> None:
+        self.to_box, self.from_box, self.watch = to_box, from_box, watch
+        self.deadline = time.monotonic()
+        self.ended: dict = {}  # the worker's report of how the last child ended
+
+    def send(self, message: dict) -> None:
+        try:
+            wire.send(self.to_box, message)
+        except OSError as e:
+            raise BoxGone(self.watch.why or f"the box closed its pipe ({e.strerror})") from None
+
+    def receive(self) -> dict:
+        try:
+            return wire.receive(self.from_box, self.deadline)
+        except (EOFError, OSError):
+            raise BoxGone(self.watch.why or "the box ended") from None
+        except TimeoutError:
+            raise BoxGone("timeout") from None
+        except wire.WireError as e:
+            raise BoxGone(f"the box broke the protocol ({e})") from None
+
+    def from_child(self) -> dict:
+        """The next message of the exercise's child; BoxGone("ended: ...") when the child ended instead."""
+        message = self.receive()
+        if message.get("op") == "ended":
+            self.ended = message
+            raise BoxGone(f"ended: {message.get('how')}")
+        if message.get("op") != "child" or not isinstance(message.get("message"), dict):
+            raise BoxGone("the box broke the protocol (a message that is not the child's)")
+        return message["message"]
+
+
+def _student_error(message: dict) -> Exception:
+    """The exception the student's code raised in the box, rebuilt here as data (never unpickled)."""
+    stub = message.get("stub")
+    if isinstance(stub, list) and len(stub) == 2 and all(isinstance(s, str) for s in stub):
+        return NotImplementedError(stub_message(*stub))
+    name = str(message.get("type", "Exception"))[:60] or "Exception"
+    error = type(name if name.isidentifier() else "Exception", (Exception,), {})(str(message.get("message", ""))[:2000])
+    error.labkit_where = str(message.get("where", ""))[:200]
+    return error
+
+
+class StudentFunction:
+    """One of the student's functions, called in the box: arguments pickled in, the value encoded back."""
+
+    def __init__(self, name: str, channel: _Channel) -> None:
+        self.name, self.channel, self.calls = name, channel, 0
+        self.__name__ = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        handles: dict[int, Callable[..., Any]] = {}
+
+        def hold(v: Any) -> Any:  # a checker's callable stays here: the box calls back for it
+            if callable(v) and not isinstance(v, (torch.nn.Module, type)):
+                handles[len(handles)] = v
+                return {"callback": len(handles) - 1}
+            return v
+
+        payload = ([hold(a) for a in args], {k: hold(v) for k, v in kwargs.items()})
+        self.channel.send({"op": "call", "name": self.name, "args": base64.b64encode(pickle.dumps(payload)).decode()})
+        while True:
+            message = self.channel.from_child()
+            op = message.get("op")
+            if op == "callback" and message.get("handle") in handles:
+                a, k = wire.decode(message.get("args"))
+                value = handles[message["handle"]](*a, **k)
+                self.channel.send({"op": "returned", "value": base64.b64encode(pickle.dumps(value)).decode()})
+            elif op == "result":
+                _write_back(args, message.get("after"))
+                return wire.decode(message.get("value"))
+            elif op == "raised":
+                raise _student_error(message)
+            else:
+                raise BoxGone(f"the box broke the protocol (answered {str(op)[:30]!r} to a call)")
+
+
+def _write_back(args: tuple, after: Any) -> None:
+    """Show the checker what the student's function did to its arguments (an input it must not change)."""
+    if not isinstance(after, list) or len(after) != len(args):
+        return
+    for arg, encoded in zip(args, after):
+        if encoded is None:
+            continue
+        now = wire.decode(encoded)
+        if isinstance(arg, torch.Tensor) and isinstance(now, torch.Tensor):
+            with torch.no_grad():
+                if now.shape == arg.shape and now.dtype == arg.dtype:
+                    arg.copy_(now)
+                else:
+                    arg.data = now
+        elif isinstance(arg, list) and isinstance(now, list):
+            arg[:] = now
+
+
+class Judge:
+    """Grades submissions one after another, each in a box of its own (one Judge per job slot)."""
+
+    def __init__(self, seconds: float, memory: int, processes: int, total: float) -> None:
+        self.seconds, self.memory, self.processes, self.total = seconds, memory, processes, total
+
+    def run(self, argv: list[str], job: dict, env: dict | None = None, cwd: Path | None = None) -> tuple[dict[str, Outcome], str]:
+        """Each exercise's Outcome, and how the box ended ("" when it ended as asked). `argv` ends with the worker's
+        command line, missing only its --fd-in/--fd-out, which this adds."""
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        command = argv + ["--fd-in", str(to_r), "--fd-out", str(from_w), "--seconds", str(self.seconds)]
+        proc = subprocess.Popen(command, pass_fds=(to_r, from_w), env=env, cwd=cwd, start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(to_r), os.close(from_w)
+        errors = _Tail(proc.stderr)
+        watch = Watch(proc, self.memory, self.processes)
+        channel = _Channel(to_w, from_r, watch)
+        outcomes: dict[str, Outcome] = {}
+        ended, started = "", time.monotonic()
+        try:
+            for exercise in job["exercises"]:
+                if time.monotonic() - started > self.total:
+                    ended = f"the notebook's time limit ({self.total:g} s) ran out in Exercise {exercise['id']}"
+                    break
+                outcomes[exercise["id"]] = self._exercise(channel, job, exercise)
+            channel.deadline = time.monotonic() + 5
+            channel.send({"op": "quit"})
+        except BoxGone as e:
+            ended = watch.why or f"the grader's worker stopped ({e}){errors.last()}"
+        finally:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+                proc.wait()
+            watch.stop()
+            os.close(to_w), os.close(from_r)
+        return outcomes, ended
+
+    def _exercise(self, channel: _Channel, job: dict, exercise: dict) -> Outcome:
+        """One exercise: the child loads the program, then the check runs (here or there), then the child ends."""
+        start = time.monotonic()
+        channel.deadline = start + self.seconds + 10  # the worker kills the child at `seconds`; this is its margin
+        channel.send({"op": "start", "exercise": exercise})
+        outcome, loaded = None, {}
+        try:
+            loaded = channel.from_child()
+            if loaded.get("op") != "loaded":
+                raise BoxGone("the box broke the protocol (the program's load was not reported)")
+            if exercise["mode"] == "remote":
+                outcome = self._remote(channel, job, exercise)
+                channel.send({"op": "end"})
+            else:
+                verdict = channel.from_child()
+                if verdict.get("op") != "verdict":
+                    raise BoxGone("the box broke the protocol (no verdict)")
+                outcome = Outcome(str(verdict.get("status", "error"))[:20], str(verdict.get("message", ""))[:2000])
+            channel.from_child()  # nothing more comes from the child but its end
+            outcome = Outcome("tampered", "its process sent more after the check was done")
+        except BoxGone as e:
+            if not str(e).startswith("ended: "):
+                raise  # the box is gone: nothing more of this submission is graded
+            outcome = _ended(channel.ended, outcome, self.seconds)
+        errors = loaded.get("errors") if isinstance(loaded.get("errors"), dict) else {}
+        error = errors.get(exercise["id"])
+        if isinstance(error, str) and outcome.status in ("not attempted", "failed", "error"):
+            outcome = Outcome("error", f"the exercise cell raised {error[:300]}")
+        outcome.seconds = round(time.monotonic() - start, 2)
+        return outcome
+
+    def _remote(self, channel: _Channel, job: dict, exercise: dict) -> Outcome:
+        check = getattr(importlib.import_module(job["checks"]), exercise["checker"])
+        functions = [StudentFunction(name, channel) for name in exercise["args"]]
+        out = io.StringIO()
+        try:
+            with base.hidden_cases(exercise.get("seed")), contextlib.redirect_stdout(out):
+                check(*functions)
+        except base.NotAttempted as e:
+            return Outcome("not attempted", _first_line(str(e)))
+        except base.CheckFailure as e:
+            return Outcome("failed", str(e)[:2000])
+        line = next((x for x in out.getvalue().splitlines() if x.startswith(f"[ex {exercise['id']}] passed")), "")
+        return Outcome("passed", line[:300] or f"[ex {exercise['id']}] passed")
+
+
+def _ended(ended: dict, outcome: Outcome | None, seconds: float) -> Outcome:
+    """The outcome of an exercise whose child ended: its verdict if it ended as it should (status 0, in time),
+    else why not. A verdict of passed from a child that then crashed is no pass."""
+    how, status = ended.get("how"), ended.get("status")
+    if how == "timeout":
+        return Outcome("timeout", f"the exercise ran past its time limit ({seconds:g} s)")
+    if outcome is None:
+        return Outcome("error", f"its process ended before the check did (exit status {status}; an os._exit, a crash "
+                                "or a kill)")
+    if status != 0 and outcome.status == "passed":
+        return Outcome("error", f"its process ended with exit status {status} after the check")
+    return outcome
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]
+
+
+class _Tail:
+    """The last bytes of the box's stderr, read as they come (never more than `most` kept)."""
+
+    def __init__(self, stream: Any, most: int = 1 << 16) -> None:
+        self.data = b""
+        self._thread = threading.Thread(target=self._read, args=(stream, most), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any, most: int) -> None:
+        for chunk in iter(lambda: stream.read(4096), b""):
+            self.data = (self.data + chunk)[-most:]
+
+    def last(self) -> str:
+        lines = self.data.decode(errors="replace").strip().splitlines()
+        return f": {lines[-1][:200]}" if lines else ""
+
+
+# ---------------------------------------------------------------- a judge process per job slot
+def serve(stdin: Any = None, stdout: Any = None) -> None:
+    """`python -m labkit.course.grade.judge`: grade the submissions the grader sends, one JSON line each
+    ({"argv", "job", "env", "cwd", "limits"}), answering one JSON line each ({"outcomes", "ended"}). A process of its
+    own per job slot, so that the checkers that run here (torch's generators, its modes) never share one with
+    another submission's."""
+    import json
+    import sys
+
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    sys.stdout = sys.stderr  # whatever else prints here (a checker's pass line) stays off the protocol's line
+    for line in stdin:
+        request = json.loads(line)
+        limits = request["limits"]
+        judge = Judge(limits["cell_timeout"], int(limits["memory_gib"] * 2**30), limits["processes"],
+                      limits["notebook_timeout"])
+        outcomes, ended = judge.run(request["argv"], request["job"], request.get("env"),
+                                    Path(request["cwd"]) if request.get("cwd") else None)
+        stdout.write(json.dumps({"outcomes": {ex: vars(o) for ex, o in outcomes.items()}, "ended": ended}) + "\n")
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    serve()
