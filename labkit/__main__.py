@@ -136,7 +136,8 @@ def _grade(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     sandboxed = f"bubblewrap, network off, as {sandbox.identity()}" if not args.no_sandbox else "NONE (--no-sandbox)"
     print(f"labkit grade: limits: exercise {limits['cell_timeout']:g} s, notebook {limits['notebook_timeout']:g} s, "
-          f"memory {limits['memory_gib']:g} GiB and {limits['processes']} processes a box, /tmp "
+          f"memory {limits['memory_gib']:g} GiB and {limits['processes']} processes a box (kept by "
+          f"{sandbox.kept_by() if not args.no_sandbox else 'a watch from outside (polled)'}), /tmp "
           f"{sandbox.TMP_BYTES // 2**20} MiB, profile {args.profile}, {args.jobs} at a time; sandbox: {sandboxed}; "
           f"hidden cases from seed {seed}")
     out.parent.mkdir(parents=True, exist_ok=True)  # made now, so the sandbox covers it with a decoy

@@ -11,6 +11,7 @@ import torch
 
 from labkit import checks
 from labkit.checks import CheckFailure, NotAttempted
+from labkit.checks.lab02 import hints as H
 from labkit.reference import recompute as ref
 from labkit.reference.recompute import (
     RecomputeRNG, Recompute, refuse_unsupported_backward, restored_autocast, restored_rng, save_inputs,
@@ -29,9 +30,12 @@ def _fails(check, *args) -> CheckFailure:
 # ---------------------------------------------------------------- the reference passes
 
 
-def test_torch_non_reentrant_checkpoint_passes_2_5():
-    """The checker asks of checkpoint_hooks what PyTorch's own non-reentrant checkpoint does."""
-    checks.ex_2_5(lambda fn, *args, **kwargs: torch_checkpoint(fn, *args, use_reentrant=False, **kwargs))
+@pytest.mark.parametrize("check, reentrant", [(checks.ex_2_4, True), (checks.ex_2_5, False)], ids=["2.4", "2.5"])
+def test_an_answer_wrapping_pytorch_s_own_checkpoint_fails_with_its_own_hint(check, reentrant):
+    """The checker asks of checkpoint_hooks what PyTorch's own non-reentrant checkpoint does; calling it is no
+    answer: the exercise builds one."""
+    err = _fails(check, lambda fn, *args, **kwargs: torch_checkpoint(fn, *args, use_reentrant=reentrant, **kwargs))
+    assert err.hint == H.FROM_SCRATCH and "torch.utils.checkpoint" in err.got
 
 
 # ---------------------------------------------------------------- stubs and wrong arguments

@@ -1,13 +1,16 @@
-"""`labkit grade`: a returned notebook is rebuilt from the pristine one, run in a sandbox, and graded per exercise.
+"""`labkit grade`: a returned notebook's answers, cut to their definitions, graded exercise by exercise in a box,
+the data checkers outside it.
 
-Fixture submissions are made by code from Lab 02's student notebook (answers taken from the solution by cell
-id). The slow tests grade whole folders of them, as an instructor would: a tamper suite, a poisoning attempt,
-and broken submissions. They need bubblewrap (`.ci/run` installs it).
+Fixture submissions are made by code from Lab 02's student notebook (answers taken from the solution by cell id).
+The first tests run nothing (rebuild, scan, program, the wire, files, rows, the CSV); the slow ones grade whole
+folders as an instructor would, in bubblewrap (`.ci/run` installs it): every lab solved, tampering, attacks from a
+red team (tests/grade_attacks.py), escapes tried as root, a poisoning attempt, broken submissions.
 """
 from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,9 +18,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
-from labkit.course.grade import guard, report, sandbox
-from labkit.course.grade.rebuild import VERIFY, Pristine, rebuild, scan
+from labkit.checks import base, lab00
+from labkit.course.catalog import LABS
+from labkit.course.grade import files, guard, report, sandbox, wire
+from labkit.course.grade.rebuild import Pristine, definitions, program, rebuild, scan
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = "02"
@@ -31,22 +37,23 @@ def pristine() -> Pristine:
     return Pristine.read(LAB, STUDENT)
 
 
-def answered(*exercises: str, outputs: bool = False) -> nbformat.NotebookNode:
-    """Lab 02's student notebook with the solution's answer cells for `exercises` (stubs elsewhere)."""
-    p = pristine()
-    solution = {c.id: c for c in nbformat.read(SOLUTION, as_version=4).cells}
-    nb = nbformat.read(STUDENT, as_version=4)
+def answered(*exercises: str, outputs: bool = False, student: Path = STUDENT, solution: Path = SOLUTION,
+             lab: str = LAB) -> nbformat.NotebookNode:
+    """A lab's student notebook with the solution's answer cells for `exercises` (stubs elsewhere)."""
+    p = Pristine.read(lab, student)
+    solved = {c.id: c for c in nbformat.read(solution, as_version=4).cells}
+    nb = nbformat.read(student, as_version=4)
     for cell in nb.cells:
         if set(p.answers.get(cell.id, [])) & set(exercises):
-            cell.source = solution[cell.id].source
+            cell.source = solved[cell.id].source
             if outputs:
-                cell.outputs = solution[cell.id].outputs
+                cell.outputs = solved[cell.id].outputs
     return nb
 
 
-def cell_of(nb: nbformat.NotebookNode, kind: str, exercise: str) -> nbformat.NotebookNode:
+def cell_of(nb: nbformat.NotebookNode, kind: str, exercise: str, lab: str = LAB) -> nbformat.NotebookNode:
     """The answer or checker cell of `exercise`."""
-    p = pristine()
+    p = pristine() if lab == LAB else Pristine.read(lab, next(x.student(ROOT) for x in LABS if x.number == lab))
     table = p.answers if kind == "answer" else p.checkers
     return next(c for c in nb.cells if exercise in table.get(c.id, []))
 
@@ -65,22 +72,21 @@ def run_grade(tmp_path: Path, folder: Path, *extra: str, labs: str = LAB) -> tup
                            *extra], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     seconds = time.perf_counter() - start
     assert done.returncode == 0, done.stderr[-2000:]
-    with out.open() as f:
+    with out.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(report.COLUMNS)
     return {(r["student"], r["exercise"]): r for r in rows}, done.stdout, seconds
 
 
-def statuses(rows: dict, student: str) -> dict[str, str]:
-    return {ex: rows[(student, ex)]["status"] for ex in EXERCISES}
+def statuses(rows: dict, student: str, exercises: list[str] = EXERCISES) -> dict[str, str]:
+    return {ex: rows[(student, ex)]["status"] for ex in exercises}
 
 
-# ---------------------------------------------------------------- the rebuild, without running anything
+# ---------------------------------------------------------------- the rebuild and the program, without running anything
 def test_only_answer_cells_come_from_the_submission():
     nb = answered(*EXERCISES)
     checker = cell_of(nb, "checker", "2.1")
     checker.source = 'print("[ex 2.1] passed: trust me")'
-    checker.metadata["tags"] = ["raises-exception", "nbval-skip"]
     given = next(c for c in nb.cells if c.cell_type == "code" and c.id not in pristine().answers)
     given.source += "\nlk.checks.ex_2_2 = print"
     for cell in nb.cells:
@@ -88,17 +94,14 @@ def test_only_answer_cells_come_from_the_submission():
             cell.outputs = [nbformat.v4.new_output("stream", text="stale")]
     built = rebuild(nb, pristine())
     assert built.found == set(pristine().answers), "every answer cell is matched by id"
-    by_id = {c.id: c for c in built.nb.cells[1:]}
     original = {c.id: c for c in nbformat.read(STUDENT, as_version=4).cells}
-    for cid, cell in by_id.items():
-        if cid in pristine().answers:
-            assert cell.source == cell_of(answered(*EXERCISES), "answer", pristine().answers[cid][0]).source
-        elif cid in pristine().checkers:
-            assert cell.source == VERIFY + original[cid].source and cell.metadata.get("tags") is None
+    for cell in built.nb.cells:
+        if cell.id in pristine().answers:
+            assert cell.source == cell_of(answered(*EXERCISES), "answer", pristine().answers[cell.id][0]).source
         else:
-            assert cell.source == original[cid].source
+            assert cell.source == original[cell.id].source
         assert cell.get("outputs", []) == []
-    assert built.nb.cells[0].source.startswith("import labkit.course.grade.guard")
+    assert pristine().calls["2.2"] == ("ex_2_2", ["stash_rng", "restored_rng", "RecomputeRNG"])
 
 
 def test_deleted_cells_fall_back_to_the_pristine_stub_and_nbval_markers_are_dropped():
@@ -108,6 +111,28 @@ def test_deleted_cells_fall_back_to_the_pristine_stub_and_nbval_markers_are_drop
     built = rebuild(nb, pristine())
     assert cell_of(built.nb, "answer", "2.5").source == cell_of(nbformat.read(STUDENT, as_version=4), "answer", "2.5").source
     assert "NBVAL_SKIP" not in cell_of(built.nb, "answer", "2.1").source
+    assert built.lost == {"2.5"}
+
+
+def test_the_program_is_the_export_cells_with_the_answers_cut_to_their_definitions():
+    nb = answered(*EXERCISES)
+    cell_of(nb, "answer", "2.1").source += "\nprint('a top-level statement')\ntorch.equal = lambda *a: True"
+    cells, dropped = program(rebuild(nb, pristine()), pristine())
+    exported = [c.id for c in nbformat.read(STUDENT, as_version=4).cells if c.source.startswith("#| export")]
+    assert [c["id"] for c in cells] == exported
+    answer = next(c for c in cells if c["exercises"] == ["2.1"])
+    assert "print(" not in answer["source"] and "torch.equal" not in answer["source"] and dropped["2.1"] == 2
+
+
+@pytest.mark.parametrize("source, kept, left_out", [
+    ("import math\nX = {1: math.pi}\ndef f():\n    return X", "import math\nX = {1: math.pi}\n\ndef f():\n    return X", 0),
+    ("f()\nY = f()\nZ = [g() for g in h]", "", 3),  # calls at load: not run
+    ("torch.equal = None\nd['k'] = 1\nos.environ['X'] = '1'", "", 3),  # attributes and items: not run
+    ("a, b = 1, 2\nclass C:\n    pass", "a, b = (1, 2)\n\nclass C:\n    pass", 0),
+    ("def broken(:\n    pass", "def broken(:\n    pass", 0),  # kept whole: its SyntaxError is the grade
+])
+def test_definitions_keep_what_defines_and_nothing_that_runs(source, kept, left_out):
+    assert definitions(source) == (kept, left_out)
 
 
 @pytest.mark.parametrize("source, finding", [
@@ -123,7 +148,7 @@ def test_deleted_cells_fall_back_to_the_pristine_stub_and_nbval_markers_are_drop
     ("sys.modules['labkit.checks'] = fake", "assigns an item of sys.modules"),
     ("class lk:\n    pass", "rebinds lk"),
     ("lk = Fake()", "rebinds lk"),
-    ("def difference(n, a, b):\n    return lk.checks.lab06.oracle.difference(n, a, b)", "uses lk.checks"),  # an oracle
+    ("def difference(n, a, b):\n    return lk.checks.lab06.oracle.difference(n, a, b)", "uses lk.checks"),
     ("from labkit import checks", "imports labkit.checks"),
     ("import labkit.checks.lab05.oracle as o", "imports labkit.checks.lab05.oracle"),
     ("from labkit import course", "imports labkit.course"),
@@ -141,6 +166,7 @@ def test_scan_flags_what_an_answer_has_no_business_doing(source, finding):
     "ctx.saved = x\nout.grad_fn.name = 'x'",
     "torch.manual_seed(0)\nstate = torch.get_rng_state()",
     "os.environ['X'] = '1'",
+    "from labkit.labs.recompute import checkpoint  # an earlier lab's code: allowed",
 ])
 def test_scan_leaves_ordinary_answers_alone(source):
     assert scan(source) == []
@@ -148,98 +174,153 @@ def test_scan_leaves_ordinary_answers_alone(source):
 
 # ---------------------------------------------------------------- the guard, in this process
 def test_guard_puts_back_a_monkeypatched_checker_and_names_it(capsys):
-    import sys
-
     import labkit as lk
-    import torch
 
-    original, allclose = lk.checks.ex_2_1, torch.allclose
+    original, allclose, fork_rng = lk.checks.ex_2_1, torch.allclose, torch.random.fork_rng
     guard.arm()
     try:
         lk.checks.ex_2_1 = lambda *a, **k: None
         torch.allclose = lambda *a, **k: True
+        torch.random.fork_rng = lambda *a, **k: None  # a context that swallows a checker's failure
         lk.checks.base.passed.__code__ = (lambda ex, what: None).__code__
         real = sys.modules["labkit.checks"]
         sys.modules["labkit.checks"] = object()
-        inner = lk.checks.ex_2_2.__closure__[1]  # the check the student-facing wrapper calls
-        held = inner.cell_contents
-        inner.cell_contents = lambda *a, **k: print("[ex 2.2] passed: fake")
-        torch.Tensor.numel = lambda self: 0  # shadows TensorBase.numel
+        lk.checks = object()  # the top-level package is watched too
         changed = guard.verify()
     finally:
-        lk.checks.ex_2_1, torch.allclose = original, allclose
-    assert sys.modules["labkit.checks"] is real
-    assert inner.cell_contents is held and "numel" not in vars(torch.Tensor) and torch.ones(3).numel() == 3
+        lk.checks.ex_2_1, torch.allclose, torch.random.fork_rng = original, allclose, fork_rng
+    assert sys.modules["labkit.checks"] is real and lk.checks is real
     assert {"labkit.checks.ex_2_1", "torch.allclose", "labkit.checks.base.passed", "sys.modules.labkit.checks",
-            "labkit.checks.ex_2_2", "torch.Tensor.(its attributes)"} <= set(changed)
-    assert lk.checks.ex_2_1 is original and torch.allclose is allclose
+            "torch.random.fork_rng", "labkit.checks"} <= set(changed)
     assert lk.checks.base.passed.__code__.co_name == "passed"
     assert guard.MARK in capsys.readouterr().out
     assert guard.verify() == [], "nothing changed since: nothing to report"
 
 
-def test_guard_lets_copy_deepcopy_cache_slot_names_on_a_labkit_class():
-    import copy
+def test_guard_names_a_thread_and_a_torch_mode_left_behind():
+    import threading
 
-    import labkit as lk
+    from torch.overrides import TorchFunctionMode
 
-    class Config(lk.GPTConfig):  # a fresh subclass: copyreg has cached nothing on it yet
-        pass
-    Config.__module__ = "labkit.models"  # the guard watches labkit's classes
-    lk.models.FreshConfig = Config
-    guard.arm()
+    before = threading.active_count()
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    mode = TorchFunctionMode()
+    mode.__enter__()
     try:
-        copy.deepcopy(Config(seq=2, batch=1, hidden=2, heads=1, n_layers=1))  # writes Config.__slotnames__
-        assert "__slotnames__" in vars(Config)
-        assert guard.verify() == []
+        assert set(guard.leftovers(before)) == {"1 thread(s) started", "a TorchFunctionMode left active"}
     finally:
-        del lk.models.FreshConfig
+        mode.__exit__(None, None, None)
+        stop.set()
+        thread.join()
+    assert guard.leftovers(before) == []
 
 
-# ---------------------------------------------------------------- turning events into rows
-def _cells():
-    return [{"index": 1, "role": "answer", "exercises": ["2.1"]}, {"index": 2, "role": "checker", "exercises": ["2.1"]},
-            {"index": 3, "role": "answer", "exercises": ["2.2"]}, {"index": 4, "role": "checker", "exercises": ["2.2"]},
-            {"index": 5, "role": "checker", "exercises": ["2.3"]}]
+# ---------------------------------------------------------------- what crosses the box's wall
+def test_the_wire_rebuilds_data_and_the_kit_s_dataclasses_and_runs_nothing():
+    from dataclasses import dataclass
+
+    from labkit.instruments.harness import Difference
+
+    @dataclass
+    class Segment:
+        start: int
+        stop: int
+
+    class Evil:
+        def __reduce__(self):  # what pickle would run; the wire never unpickles what the box sends
+            return (os.system, ("echo pwned",))
+
+    value = [1, 2.5, float("inf"), "x", None, True, (1, 2), frozenset({"a"}), {"k": [1]}, torch.float16,
+             torch.arange(6).reshape(2, 3).float(), torch.tensor(1.5), Difference("a", False, 1.0, 2.0, ""),
+             Segment(1, 2), Evil(), 2**70]
+    back = wire.decode(json.loads(json.dumps(wire.encode(value))))
+    assert back[:10] == value[:10]
+    assert torch.equal(back[10], value[10]) and torch.equal(back[11], value[11])
+    assert back[12] == value[12] and (back[13].start, back[13].stop) == (1, 2) and isinstance(back[13], wire.Record)
+    assert isinstance(back[14], wire.Opaque) and back[14].type_name == "Evil" and back[15] == 2**70
 
 
-def _ev(cell, status="ok", ename="", evalue="", stdout=""):
-    return {"cell": cell, "status": status, "ename": ename, "evalue": evalue, "stdout": stdout, "seconds": 1.0}
+@pytest.mark.parametrize("data", [
+    {"object": ["os:system", {}]},  # not an allowed dataclass
+    {"tensor": ["float32", [3], "AAAA"]},  # 3 bytes for 12
+    {"dtype": "Tensor"},
+    {"dict": [[{"list": []}, 1]]},  # an unhashable key
+    {"pickle": "gASV..."},
+    [1, 2],
+])
+def test_the_wire_refuses_what_breaks_it(data):
+    with pytest.raises(wire.WireError):
+        wire.decode(data)
 
 
-LIMITS = {"cell_timeout": 10.0, "notebook_timeout": 100.0}
+def test_a_kit_dataclass_its_own_checks_refuse_comes_back_as_a_wrong_value():
+    from labkit.plans import Step
+
+    bad = wire.encode(Step(0, 1, "keep"))
+    bad["object"][1]["start"] = "zero"  # Step does not check; Profile does
+    assert wire.decode(bad).start == "zero"
+    profile = {"object": ["labkit.plans.plan:Profile", {"blocks": {"tuple": []}, "base": 0, "floor": 0, "step": 1.0}]}
+    assert isinstance(wire.decode(profile), wire.Opaque)
 
 
-def test_rows_name_a_dead_kernel_and_what_went_ungraded():
-    events = {1: _ev(1), 2: _ev(2, stdout="[ex 2.1] passed: fine\n"), 3: _ev(3, "dead")}
-    rows = report.classify("ann", LAB, ["2.1", "2.2", "2.3"], _cells(), events, {}, [], "done", LIMITS)
-    assert [(r.status, r.message) for r in rows] == [
-        ("passed", "[ex 2.1] passed: fine"),
-        ("error", "kernel died in Exercise 2.2; 2.2\u20132.3 not graded"),
-        ("error", "kernel died in Exercise 2.2; 2.2\u20132.3 not graded")]
+# ---------------------------------------------------------------- the returned files
+def test_only_regular_files_are_graded_under_names_from_their_paths(tmp_path):
+    folder = tmp_path / "class"
+    save(answered(), folder / "alice" / "02_recompute.ipynb")
+    save(answered(), folder / "a" / "zz_victim" / "02_recompute.ipynb")
+    save(answered(), folder / "zz_victim" / "02_recompute.ipynb")
+    save(answered(), folder / "bob.ipynb")
+    (folder / "mallory.ipynb").symlink_to(SOLUTION)
+    os.mkfifo(folder / "fifo.ipynb")
+    (folder / "huge.ipynb").write_bytes(b" " * (files.MOST_BYTES + 1))
+    weird = os.fsencode(str(folder)) + b"/\xff\xfe"
+    os.makedirs(weird)
+    save(answered(), Path(os.fsdecode(weird)) / "02_recompute.ipynb")
+    found = {r.student: r.refused for r in files.discover([folder], {"02_recompute"})}
+    assert found["alice"] == "" and found["bob"] == "" and found["a/zz_victim"] == "" and found["zz_victim"] == ""
+    assert "symbolic link" in found["mallory"] and "not a regular file" in found["fifo"] and "over the limit" in found["huge"]
+    assert "\\xff\\xfe" in found and all(name.isprintable() for name in found)
+    with pytest.raises(OSError):
+        files.read_text(folder / "mallory.ipynb")
 
 
-def test_rows_for_a_killed_notebook_a_cell_timeout_and_tampering():
-    events = {1: _ev(1), 2: _ev(2, "timeout")}
-    rows = report.classify("ann", LAB, ["2.1", "2.2", "2.3"], _cells(), events, {}, [], "killed", LIMITS)
-    assert rows[0].status == "timeout" and "cell timeout (10 s)" in rows[0].message
-    assert rows[1].message == "the notebook's time limit (100 s) ran out in Exercise 2.2; 2.2\u20132.3 not graded"
-    events = {1: _ev(1), 2: _ev(2, stdout=f"{guard.MARK} labkit.checks.ex_2_3\n[ex 2.1] passed: x\n"),
-              3: _ev(3), 4: _ev(4, "error", "NotAttempted", "[ex 2.2] not attempted: stub"),
-              5: _ev(5, "error", "CheckFailure", "[ex 2.3] what: expected 1, got 2.\nHint: h")}
-    rows = report.classify("ann", LAB, ["2.1", "2.2", "2.3"], _cells(), events, {"2.2": ["uses get_ipython"]}, [],
-                           "done", LIMITS)
-    assert [r.status for r in rows] == ["tampered", "tampered", "failed"]
-    assert rows[2].message == "[ex 2.3] what: expected 1, got 2."
-    rows = report.classify("ann", LAB, ["2.1", "2.2", "2.3"], _cells(), events, {}, ["changed labkit/x.py"], "done",
-                           LIMITS)
-    assert {r.status for r in rows} == {"tampered"}
+# ---------------------------------------------------------------- rows and the gradebook
+def _outcome(status: str, message: str = "m") -> dict:
+    return {"status": status, "message": message, "seconds": 1.0}
 
 
-def test_a_checker_that_prints_no_pass_line_did_not_pass():
-    events = {1: _ev(1), 2: _ev(2, stdout="[ex 2.1] something else\n")}
-    rows = report.classify("ann", LAB, ["2.1"], _cells()[:2], events, {}, [], "done", LIMITS)
-    assert rows[0].status == "failed"
+def test_rows_say_what_went_ungraded_flags_and_left_out_statements():
+    outcomes = {"2.1": _outcome("passed", "[ex 2.1] passed: fine"), "2.2": _outcome("failed", "[ex 2.2] x: expected 1, got 2.\nHint: h")}
+    rows = report.rows("ann", LAB, ["2.1", "2.2", "2.3"], outcomes, "the grader's worker stopped (timeout)",
+                       {"2.2": ["uses get_ipython"]}, {"2.1": 2}, set())
+    assert [r.status for r in rows] == ["passed", "tampered", "error"]
+    assert "2 top-level statements of the answer cell not run" in rows[0].message
+    assert rows[2].message == "the grader's worker stopped (timeout); 2.3 not graded"
+
+
+def test_the_csv_is_read_back_by_python_s_csv_module_and_runs_no_formula(tmp_path):
+    rows = [report.Row('=HYPERLINK("x"),"q"\n\r', LAB, "2.1", "failed", "x" * 200_000 + "\x00\x07"),
+            report.Row("+1", LAB, "2.2", "passed", "-2 and @3")]
+    out = tmp_path / "grades.csv"
+    report.write(rows, out, False, {"seed": 1})
+    with out.open(newline="", encoding="utf-8") as f:
+        back = list(csv.DictReader(f))
+    assert len(back) == 2 and all(len(v) <= report.FIELD_CHARS for r in back for v in r.values())
+    assert back[0]["student"].startswith("'=") and back[1]["student"] == "'+1" and back[1]["message"] == "'-2 and @3"
+    assert back[0]["message"].endswith(report.CUT) and "\x00" not in back[0]["message"]
+    whole = json.loads(out.with_suffix(".json").read_text())
+    assert len(whole["rows"][0]["message"]) == 200_002
+
+
+# ---------------------------------------------------------------- hidden cases
+def test_an_answer_written_for_the_public_cases_fails_the_hidden_ones():
+    public = {(3, 4): 48, (5,): 10, (2, 3, 7): 336, (10,): 10, (0, 4): 0, (4,): 16}
+    hard_coded = lambda t: public[tuple(t.shape)]  # noqa: E731
+    lab00.ex_0_1(hard_coded)  # the cases a student can read: passed
+    with base.hidden_cases(12345), pytest.raises(KeyError):
+        lab00.ex_0_1(hard_coded)
 
 
 # ---------------------------------------------------------------- whole classes, in the sandbox
@@ -254,145 +335,22 @@ def test_without_a_sandbox_it_grades_all_the_same_and_says_so(tmp_path):
 
 @needs_bwrap
 @pytest.mark.slow
-def test_every_completed_lab_passes_grading(tmp_path):
-    """The solutions' answers, returned without outputs: every exercise of every lab passes, none is flagged."""
-    solutions = sorted((ROOT / "solutions").glob("*.ipynb"))
-    for solution in solutions:
-        nb = nbformat.read(solution, as_version=4)
+def test_every_completed_lab_passes_grading_and_a_hard_coded_answer_does_not(tmp_path):
+    """The solutions' answers, returned without outputs: every exercise of every lab passes, none is flagged; an
+    answer of lab 00 written for its public cases fails the hidden ones."""
+    for lab in LABS:
+        nb = nbformat.read(lab.solution(ROOT), as_version=4)
         for cell in nb.cells:
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
-        save(nb, tmp_path / "class" / "solved" / solution.name)
-    rows, _, _ = run_grade(tmp_path, tmp_path / "class", "--jobs", "2", labs=",".join(p.name[:2] for p in solutions))
-    assert {r["lab"] for r in rows.values()} == {p.name[:2] for p in solutions}
-    assert {k: r["message"] for k, r in rows.items() if r["status"] != "passed"} == {}
-
-
-@pytest.fixture(scope="module")
-def class_grades(tmp_path_factory):
-    """One grading run (--labs 02) over a class of tampered and of broken submissions, two of them right."""
-    tmp = tmp_path_factory.mktemp("class")
-    folder = tmp / "class"
-    # the tamper suite: each notebook tampers with some exercises and answers the others
-    # 2.4 and 2.5 build on 2.2 and 2.3, and nothing builds on them: they are the ones left as stubs and tampered with
-    nb = answered("2.1", "2.2", "2.3")
-    nb.cells.remove(cell_of(nb, "checker", "2.4"))
-    cell_of(nb, "checker", "2.5").source = 'print("[ex 2.5] passed: all good")'
-    save(nb, folder / "deleted_and_print.ipynb")
-    nb = answered("2.1", "2.2")
-    c = cell_of(nb, "checker", "2.3")
-    c.source = "try:\n    " + c.source + "\nexcept Exception:\n    pass"
-    c = cell_of(nb, "checker", "2.4")
-    c.source, c.metadata["tags"] = "# NBVAL_SKIP\n" + c.source, ["nbval-skip"]
-    c = cell_of(nb, "checker", "2.5")
-    c.source, c.metadata["tags"] = "# NBVAL_RAISES_EXCEPTION\n" + c.source, ["raises-exception"]
-    save(nb, folder / "silenced.ipynb")
-    nb = answered("2.1", "2.2", "2.3")
-    early = next(c for c in nb.cells if c.cell_type == "code")
-    early.source += '\nlk.checks.ex_2_4 = lambda *a, **k: print("[ex 2.4] passed: yes")'
-    cell_of(nb, "answer", "2.5").source += "\nimport labkit as lk\nlk.checks.ex_2_5 = lambda *a, **k: None"
-    save(nb, folder / "monkeypatched.ipynb")
-    empty = nbformat.v4.new_notebook()
-    save(empty, folder / "empty" / "02_recompute.ipynb")
-    nb = answered(*EXERCISES)
-    cut = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## Exercise 2.4"))
-    nb.cells = nb.cells[:cut]
-    save(nb, folder / "truncated.ipynb")
-    nb = answered(*EXERCISES, outputs=True)  # right answers, outputs kept, counts cleared
-    cell_of(nb, "answer", "2.4").source += '\nsetattr(globals()["lk"].checks, "ex_2_4", lambda *a, **k: None)'
-    cell_of(nb, "answer", "2.5").source += "\nfrom labkit.reference.recompute import checkpoint_hooks"
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.execution_count = None
-    save(nb, folder / "counts_cleared.ipynb")
-    # the broken suite: the exercises not asserted on are left as stubs (they run faster)
-    for name in ("ok_one", "ok_two"):
-        save(answered(*EXERCISES), folder / f"{name}.ipynb")
-    broken = {"syntax": ("2.1", "def broken(:\n    pass"), "loop": ("2.1", "while True:\n    pass"),
-              "exit": ("2.2", "import os\nos._exit(1)"),
-              "huge": ("2.1", "import torch\nhuge = torch.empty(30 * 2**30, dtype=torch.uint8).fill_(1)")}
-    for name, (ex, code) in broken.items():
-        nb = answered("2.1", ex)
-        cell_of(nb, "answer", ex).source = code + "\n" + cell_of(nb, "answer", ex).source
-        save(nb, folder / f"{name}.ipynb")
-    (folder / "not_json.ipynb").write_text('{"cells": [ this is not json')
-    save(nbformat.read(ROOT / "notebooks" / "01_activation_memory.ipynb", as_version=4), folder / "other_lab.ipynb")
-    return run_grade(tmp, folder, "--jobs", "2", "--timeout", "20", "--notebook-timeout", "200")
-
-
-@needs_bwrap
-@pytest.mark.slow
-@pytest.mark.parametrize("student, expected", [
-    ("deleted_and_print", {"2.1": "passed", "2.2": "passed", "2.3": "passed", "2.4": "not attempted",
-                           "2.5": "not attempted"}),
-    ("silenced", {"2.1": "passed", "2.2": "passed", "2.3": "not attempted", "2.4": "not attempted",
-                  "2.5": "not attempted"}),
-    ("monkeypatched", {"2.1": "passed", "2.2": "passed", "2.3": "passed", "2.4": "not attempted",
-                       "2.5": "tampered"}),
-    ("empty", dict.fromkeys(EXERCISES, "not attempted")),
-    ("truncated", {"2.1": "passed", "2.2": "passed", "2.3": "passed", "2.4": "not attempted", "2.5": "not attempted"}),
-    ("counts_cleared", {"2.1": "passed", "2.2": "passed", "2.3": "passed", "2.4": "tampered", "2.5": "tampered"}),
-])
-def test_tampering_never_passes_and_untampered_answers_do(class_grades, student, expected):
-    rows, _, _ = class_grades
-    assert statuses(rows, student) == expected, {ex: rows[(student, ex)]["message"] for ex in EXERCISES}
-
-
-@needs_bwrap
-@pytest.mark.slow
-def test_a_poisoning_submission_changes_nothing_for_the_next(tmp_path):
-    folder, book = tmp_path / "class", tmp_path / "book"
-    nb = answered("2.1")
-    cell_of(nb, "answer", "2.1").source += (
-        '\nm = __import__("labkit.checks.lab02.recompute", fromlist=["x"])'
-        '\nopen(m.__file__, "a").write("\\ndef ex_2_1(*a, **k):\\n    print(\'[ex 2.1] passed: poisoned\')\\n")'
-        f'\nopen({str(book / "grades.csv")!r}, "w").write("a_poison,02,2.1,passed")'
-        f'\nopen({str(book / "extra.csv")!r}, "w").write("x")')
-    save(nb, folder / "a_poison.ipynb")
-    wrong = answered("2.1")
-    c = cell_of(wrong, "answer", "2.1")
-    assert "ctx.save_for_backward(" in c.source
-    c.source = c.source.replace("ctx.save_for_backward(", "ctx.save_for_backward_typo(", 1)
-    save(wrong, folder / "b_wrong.ipynb")
-    def kit():  # the kit's files; bytecode caches are the grader's own imports
-        return {k: v for k, v in sandbox.digest(ROOT / "labkit").items() if "__pycache__" not in k}
-
-    before = kit()
-    rows, _, _ = run_grade(tmp_path, folder, "--jobs", "1")
-    assert kit() == before, "the kit's files changed"
-    assert statuses(rows, "a_poison") == dict.fromkeys(EXERCISES, "tampered")
-    assert "labkit/checks/lab02/recompute.py" in rows[("a_poison", "2.1")]["message"]
-    assert rows[("b_wrong", "2.1")]["status"] == "failed", rows[("b_wrong", "2.1")]["message"]
-    assert sorted(p.name for p in book.iterdir()) == ["grades.csv"]
-
-
-@needs_bwrap
-@pytest.mark.slow
-def test_broken_submissions_each_become_their_own_rows(class_grades):
-    rows, out, seconds = class_grades
-    assert "limits: cell 20 s, notebook 200 s, memory 4 GiB" in out
-    students = {s for s, _ in rows}
-    assert {"ok_one", "ok_two", "syntax", "loop", "exit", "huge", "not_json", "other_lab"} <= students
-    assert all(len([k for k in rows if k[0] == s]) == len(EXERCISES) for s in students), "one row per exercise"
-    for name in ("ok_one", "ok_two"):
-        assert set(statuses(rows, name).values()) == {"passed"}, [rows[(name, ex)]["message"] for ex in EXERCISES]
-    assert statuses(rows, "syntax")["2.1"] == "error" and "SyntaxError" in rows[("syntax", "2.1")]["message"]
-    assert statuses(rows, "loop")["2.1"] == "timeout"
-    assert statuses(rows, "exit")["2.1"] == "passed"
-    assert statuses(rows, "exit")["2.2"] == "error" and "kernel died in Exercise 2.2" in rows[("exit", "2.2")]["message"]
-    assert statuses(rows, "huge")["2.1"] == "error" and "allocate" in rows[("huge", "2.1")]["message"]
-    assert set(statuses(rows, "not_json").values()) == {"error"}
-    assert "not a valid notebook" in rows[("not_json", "2.1")]["message"]
-    assert set(statuses(rows, "other_lab").values()) == {"missing"}
-    assert "Lab 01" in rows[("other_lab", "2.1")]["message"]
-    print(json.dumps({"class_of_14_seconds": round(seconds, 1)}))
-
-
-def test_student_names_come_from_files_or_their_folders():
-    from labkit.course.grade import student_name
-
-    stems, taken = {"01_activation_memory", "02_recompute"}, set()
-    names = [student_name(Path(p), stems, taken) for p in
-             ("c/alice/01_activation_memory.ipynb", "c/alice/02_recompute.ipynb", "c/bob.ipynb",
-              "d/alice/02_recompute.ipynb")]
-    assert names == ["alice", "alice", "bob", "alice#2"]
+        save(nb, tmp_path / "class" / "solved" / lab.notebook)
+    nb = answered(student=LABS[0].student(ROOT), solution=LABS[0].solution(ROOT), lab="00")
+    cell_of(nb, "answer", "0.1", lab="00").source = (
+        "#| export\nimport torch\n\nPUBLIC = {(3, 4): 48, (5,): 10, (2, 3, 7): 336, (10,): 10, (0, 4): 0, (4,): 16}\n\n"
+        "def tensor_bytes(t):\n    return PUBLIC[tuple(t.shape)]\n")
+    save(nb, tmp_path / "class" / "lazy" / LABS[0].notebook)
+    rows, out, _ = run_grade(tmp_path, tmp_path / "class", "--jobs", "2", labs=",".join(lab.number for lab in LABS))
+    assert "hidden cases from seed" in out
+    assert {r["lab"] for r in rows.values()} == {lab.number for lab in LABS}
+    assert {k: r["message"] for k, r in rows.items() if k[0] == "solved" and r["status"] != "passed"} == {}
+    assert rows[("lazy", "0.1")]["status"] == "failed" and "KeyError" in rows[("lazy", "0.1")]["message"]

@@ -5,6 +5,7 @@ import contextlib
 import functools
 import linecache
 import os
+import random
 import sys
 import traceback
 from collections.abc import Iterator
@@ -119,12 +120,46 @@ def hidden_seed() -> int | None:
     return _HIDDEN[-1] if _HIDDEN else None
 
 
+def hidden(ex: str) -> random.Random | None:
+    """The generator of Exercise `ex`'s hidden cases (a stream of its own, from the run's seed), or None when no
+    hidden cases are asked for: a checker draws them besides its public ones, so that an answer written for the
+    cases a student can read fails the ones it never saw."""
+    seed = hidden_seed()
+    return None if seed is None else random.Random(f"labkit {seed} {ex}")
+
+
 def remote(check: Callable[..., Any]) -> Callable[..., Any]:
     """Mark a check that only calls the student's functions on data and reads data back: `labkit grade` runs it
     outside the student's process, each call answered by the sandboxed student code (docs/design.md, "Grading a
     class")."""
     check.remote = True
     return check
+
+
+@contextlib.contextmanager
+def refusing(ex: str, what: str, forbidden: dict, hint: str) -> Iterator[None]:
+    """While inside, a call of any function whose code is a key of `forbidden` (its name the value) fails the
+    check with `hint`, before any other failure: an exercise that builds a thing may not call the library's
+    (sys.setprofile sees every Python call, under whatever name the student's code holds the function)."""
+    __tracebackhide__ = True
+    seen: list[str] = []
+    previous = sys.getprofile()
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in forbidden and not seen:
+            seen.append(forbidden[frame.f_code])
+
+    sys.setprofile(watch)
+    try:
+        yield
+    except BaseException:
+        if seen:
+            raise CheckFailure(ex, what, "your own from scratch", f"a call of {seen[0]}", hint) from None
+        raise
+    finally:
+        sys.setprofile(previous)
+    if seen:
+        raise CheckFailure(ex, what, "your own from scratch", f"a call of {seen[0]}", hint)
 
 
 def passed(ex: str, what: str) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from labkit.checks.base import CheckFailure, passed, remote
+from labkit.checks.base import CheckFailure, hidden, passed, remote
 from labkit.checks.lab01 import hints as H
 from labkit.checks.lab01.common import call_int, pick_hint
 from labkit.instruments import saved_tensors
@@ -104,6 +104,9 @@ def ex_1_4(crossover_batch: Callable[[int, int], int]) -> None:
     # (per_sample_bytes, state_bytes): measured, exact division, rounding up, below one sample, no state
     cases = [_measured_crossover_inputs(), (100, 1000), (300, 1000), (4096, 100), (7, 7), (1, 1), (3, 1_000_000),
              (64, 0)]
+    rng = hidden("1.4")
+    if rng is not None:  # labkit grade: sizes the student never saw, large ones among them
+        cases += [(rng.randint(1, 10 ** rng.randint(1, 6)), rng.randint(0, 10 ** rng.randint(1, 12))) for _ in range(6)]
     for per, state in cases:
         got = call_int("1.4", crossover_batch, (per, state), None, f"crossover_batch({per}, {state})")
         expected = max(1, -(-state // per))  # ceil without floats

@@ -13,7 +13,7 @@ from torch import nn
 
 from labkit.checks.base import CheckFailure, need_callable, passed
 from labkit.checks.lab02 import hints as H
-from labkit.checks.lab02.common import lab_trap, prerequisites_first, same_step
+from labkit.checks.lab02.common import from_scratch, lab_trap, prerequisites_first, same_step
 from labkit.checks.lab02.recompute import ex_2_1
 from labkit.checks.lab02.replay import ex_2_2, ex_2_3
 from labkit.checks.lab02.rig import (
@@ -152,7 +152,8 @@ def ex_2_4(checkpoint: Callable[..., Any]) -> None:
     """Exercise 2.4: checkpoint takes any arguments and outputs, replays RNG and autocast, warns when it should."""
     __tracebackhide__ = True
     need_callable("2.4", "checkpoint", checkpoint)
-    with torch.random.fork_rng(devices=[]), prerequisites_first("2.4", "checkpoint", checkpoint, EARLIER):
+    with from_scratch("2.4", "what checkpoint calls"), torch.random.fork_rng(devices=[]), \
+            prerequisites_first("2.4", "checkpoint", checkpoint, EARLIER):
         _checkpoint_step(checkpoint, 0.0, "one")
         _checkpoint_step(checkpoint, P_DROP, "one")
         _checkpoint_step(checkpoint, P_DROP, "two")

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from labkit.checks.base import CheckFailure, Known, NotAttempted, trap
+from labkit.checks.base import CheckFailure, Known, NotAttempted, refusing, trap
 from labkit.checks.lab02 import hints as H
 from labkit.checks.lab02.rig import first_mismatch, show
 
@@ -85,3 +85,23 @@ def prerequisites_first(ex: str, name: str, obj: Any, earlier: tuple[Prerequisit
     except CheckFailure as failure:
         check_prerequisites(ex, name, obj, earlier)
         raise failure from None
+
+
+def _library_checkpoints() -> dict:
+    """The code of PyTorch's own checkpoints (both designs, and the sequential one), by name."""
+    import inspect
+
+    from torch.utils import checkpoint as library
+
+    found = {}
+    for name, fn in (("torch.utils.checkpoint.checkpoint", library.checkpoint),
+                     ("torch.utils.checkpoint.checkpoint_sequential", library.checkpoint_sequential),
+                     ("torch.utils.checkpoint.CheckpointFunction", library.CheckpointFunction.forward),
+                     ("torch.utils.checkpoint's non-reentrant checkpoint", library._checkpoint_without_reentrant_generator)):
+        found[inspect.unwrap(fn).__code__] = name
+    return found
+
+
+def from_scratch(ex: str, what: str) -> contextlib.AbstractContextManager[None]:
+    """While inside, the student's checkpoint may not call PyTorch's (base.refusing)."""
+    return refusing(ex, what, _library_checkpoints(), H.FROM_SCRATCH)

@@ -116,6 +116,9 @@ HOOKS_AMP = ("stash_autocast(*args) in forward and rerun fn under restored_autoc
              "the forward's autocast region")
 
 # what an autograd error message means, when it comes from a known mistake
+FROM_SCRATCH = ("this exercise builds the checkpoint itself, from the Functions and hooks of this lab: an answer that "
+                "calls torch.utils.checkpoint (or another library's checkpoint) does not build one")
+
 KNOWN_ERRORS = (
     ("does not require grad and does not have a grad_fn", ENABLE_GRAD),
     ("incorrect number of gradients", N_GRADS),

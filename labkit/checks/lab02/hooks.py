@@ -8,7 +8,7 @@ import torch
 
 from labkit.checks.base import CheckFailure, need_callable, passed
 from labkit.checks.lab02 import hints as H
-from labkit.checks.lab02.common import lab_trap, prerequisites_first, same_step
+from labkit.checks.lab02.common import from_scratch, lab_trap, prerequisites_first, same_step
 from labkit.checks.lab02.replay import ex_2_2, ex_2_3
 from labkit.checks.lab02.rig import (
     P_DROP, Calls, Net, amp, dropout_label, kept_after_forward, loss_of, plain_step, recompute_census, show,
@@ -118,8 +118,8 @@ def ex_2_5(checkpoint_hooks: Callable[..., Any]) -> None:
     """Exercise 2.5: checkpoint_hooks keeps no activation, reruns fn once per backward, and gives exact gradients."""
     __tracebackhide__ = True
     need_callable("2.5", "checkpoint_hooks", checkpoint_hooks)
-    with torch.random.fork_rng(devices=[]), prerequisites_first("2.5", "checkpoint_hooks", checkpoint_hooks,
-                                                                 EARLIER):
+    with from_scratch("2.5", "what checkpoint_hooks calls"), torch.random.fork_rng(devices=[]), \
+            prerequisites_first("2.5", "checkpoint_hooks", checkpoint_hooks, EARLIER):
         _check_memory(checkpoint_hooks)  # first: a pack that keeps tensors never needs the rerun
         _hooks_step(checkpoint_hooks, 0.0, census=False)
         _check_grad_api(checkpoint_hooks)  # before the census: a reentrant design holds its rerun's tensors too

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from labkit.checks.base import CheckFailure, need_callable, passed, remote, trap
+from labkit.checks.base import CheckFailure, hidden, need_callable, passed, remote, trap
 from labkit.checks.lab05 import hints as H
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.instruments.ops import OpRecord, trace
@@ -41,6 +41,16 @@ def _cases() -> list[tuple[str, OpRecord, Ceilings]]:
             ("a dropout on a spec sheet (no random limit)",
              _record("native_dropout", 0, 10 ** 6, 10 ** 7, random=True), SPEC),
             ("a view", _record("view", 0, 10 ** 6, 10 ** 5, view=True), MACHINE)]
+    drawn = hidden("5.1")  # labkit grade: records and ceilings the student never saw
+    if drawn is not None:
+        for i in range(8):
+            op = drawn.choice(["mm", "add", "_softmax", "gelu", "native_dropout", "mul"])
+            rec = _record(op, 10 ** drawn.randint(0, 11) if op == "mm" else 0, 10 ** drawn.randint(2, 9),
+                          10 ** drawn.randint(2, 8), random=op == "native_dropout")
+            rates = [drawn.choice([None, 10 ** drawn.uniform(7, 11)]) for _ in range(2)]
+            c = Ceilings("drawn", torch.float32, peak_flops=10 ** drawn.uniform(9, 14),
+                         peak_bandwidth=10 ** drawn.uniform(9, 12), random_rate=rates[0], special_rate=rates[1])
+            made.append((f"a drawn {op} record", rec, c))
     return made + [(f"{r.key} of a traced GPT block", r, c) for r in _traced() for c in (MACHINE, SPEC)]
 
 

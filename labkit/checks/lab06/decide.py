@@ -5,7 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 from labkit.plans import SchemeCost, Situation
-from labkit.checks.base import CheckFailure, need_callable, passed, remote, trap
+from labkit.checks.base import CheckFailure, hidden, need_callable, passed, remote, trap
 from labkit.checks.lab06 import hints as H
 
 MiB = 2**20
@@ -39,12 +39,39 @@ def _cases() -> list[tuple[str, Situation, str | None, str]]:
     ]
 
 
+def _rule(s: Situation) -> str | None:
+    """The advisor's rule, written for the checker (so that the hidden cases need no notebook's copy): the first
+    fitting scheme in order of overhead, then peak."""
+    if not s.training:
+        return "none"
+    if s.schemes["none"].peak_bytes <= s.budget:
+        return "none"
+    ranked = sorted((c.overhead, c.peak_bytes, name) for name, c in s.schemes.items() if name != "none")
+    return next((name for _, peak, name in ranked if peak <= s.budget), None)
+
+
+def _hidden_cases() -> list[tuple[str, Situation, str | None, str]]:
+    """Situations drawn afresh under `labkit grade`, their answers by _rule."""
+    drawn = hidden("6.3")
+    if drawn is None:
+        return []
+    found = []
+    for i in range(8):
+        schemes = {"none": (drawn.randint(20, 100), 0.0)}
+        for name in drawn.sample(["full", "sqrt_n", "selective"], drawn.randint(0, 3)):
+            schemes[name] = (drawn.randint(10, 100), drawn.choice([0.1, 0.2, 0.3, 0.45]))
+        s = _situation(drawn.random() < 0.85, drawn.randint(10, 100), drawn.randint(1, 20), drawn.randint(1, 80),
+                       **schemes)
+        found.append((f"drawn situation {i + 1}", s, _rule(s), H.REC_LEAST))
+    return found
+
+
 @remote
 def ex_6_3(recommend: Callable[..., Any]) -> None:
     """Exercise 6.3: recommend(situation) names the scheme labkit's advisor would, on every case."""
     __tracebackhide__ = True
     need_callable("6.3", "recommend", recommend)
-    cases = _cases()
+    cases = _cases() + _hidden_cases()
     for what, s, want, hint in cases:
         label = f"recommend(<{what}>)"
         with trap("6.3", label, H.REC_SPEC):

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from labkit.checks.base import CheckFailure, need_callable, passed, remote, trap
+from labkit.checks.base import CheckFailure, hidden, need_callable, passed, remote, trap
 from labkit.checks.lab06 import hints as H
 from labkit.checks.lab06.oracle import difference
 from labkit.instruments.harness import Difference
@@ -36,6 +36,34 @@ def _cases() -> list[tuple[str, Any, Any, str]]:
             ("tensors that require grad", f(1.0, 2.0).requires_grad_(), f(1.0, 2.5).requires_grad_(), H.DIFF_SPEC)]
 
 
+def _hidden_cases() -> list[tuple[str, Any, Any, str]]:
+    """Pairs drawn afresh under `labkit grade`: a dtype, a shape, and one element moved (by an ulp, a sign, a
+    step of 3) or a NaN put in the same place of both."""
+    drawn = hidden("6.1")
+    if drawn is None:
+        return []
+    found = []
+    for _ in range(6):
+        dtype = drawn.choice([torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32])
+        shape = tuple(drawn.randint(1, 5) for _ in range(drawn.randint(1, 2)))
+        gen = torch.Generator().manual_seed(drawn.randrange(2**31))
+        a = (torch.randn(shape, generator=gen) * 10).to(dtype)
+        b = a.clone()
+        flat = b.view(-1)
+        i = drawn.randrange(flat.numel())
+        how = drawn.choice(["ulp", "sign", "nan", "step", "same"])
+        if how == "ulp" and dtype.is_floating_point:
+            flat[i] = torch.nextafter(flat[i:i + 1], torch.full((1,), float("inf"), dtype=dtype))[0]
+        elif how == "sign" and dtype.is_floating_point:
+            flat[i] = -flat[i]
+        elif how == "nan" and dtype.is_floating_point:  # a NaN in the same place of both: equal bits
+            a.view(-1)[i] = flat[i] = float("nan")
+        elif how != "same":
+            flat[i] += 3
+        found.append((f"a drawn {dtype} pair of shape {shape} ({how})", a, b, H.DIFF_SPEC))
+    return found
+
+
 def _same(x: float, y: float) -> bool:
     return (math.isinf(x) and math.isinf(y)) or math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
 
@@ -45,7 +73,7 @@ def ex_6_1(student: Callable[..., Any]) -> None:
     """Exercise 6.1: difference(name, a, b) agrees with the checkers' own comparison (oracle.py) on every case."""
     __tracebackhide__ = True
     need_callable("6.1", "difference", student)
-    cases = _cases()
+    cases = _cases() + _hidden_cases()
     for i, (what, a, b, hint) in enumerate(cases):
         name = f"case {i}"
         label = f"difference({name!r}, <{what}>)"

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from labkit.checks.base import CheckFailure, need_callable, passed, remote, trap
+from labkit.checks.base import CheckFailure, hidden, need_callable, passed, remote, trap
 from labkit.checks.lab07 import hints as H
 from labkit.plans import OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step
 
@@ -94,10 +94,12 @@ def cases() -> list[tuple[Profile, int]]:
         # exactly at the budget: <= fits
         (Profile((BlockCosts(3, 1, 2.0),) * 2, 1, 0, 1.0), 7),
     ]
-    for _ in range(40):
-        prof = random_profile(rng, int(rng.integers(1, 7)))
-        top = prof.base + sum(b.act + b.beside for b in prof.blocks)
-        out.append((prof, int(rng.integers(max(0, prof.base - 1), top + 2))))
+    drawn = hidden("7.1")  # labkit grade: 20 more, from the run's seed
+    for rng, count in [(rng, 40)] + ([] if drawn is None else [(np.random.default_rng(drawn.randrange(2**32)), 20)]):
+        for _ in range(count):
+            prof = random_profile(rng, int(rng.integers(1, 7)))
+            top = prof.base + sum(b.act + b.beside for b in prof.blocks)
+            out.append((prof, int(rng.integers(max(0, prof.base - 1), top + 2))))
     return out
 
 

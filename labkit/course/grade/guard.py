@@ -22,6 +22,7 @@ _SHELL_LISTS = ("input_transformers_cleanup", "input_transformers_post", "ast_tr
 _SHELL_ATTRS = ("CustomTB", "custom_exceptions", "showtraceback", "_showtraceback", "showsyntaxerror", "run_cell",
                 "run_ast_nodes", "run_code", "run_cell_async", "system", "displayhook")
 _SYS = ("displayhook", "meta_path", "path_hooks")
+_CLASSES_OF = ("contextlib", "functools", "copy", "dataclasses", "traceback", "io", "json")  # their classes too
 _MOVING = {("builtins", "input"), ("builtins", "getpass")}  # the kernel swaps these around every cell
 _state: dict[str, Any] = {}
 
@@ -60,8 +61,9 @@ def _watched(modules: list[types.ModuleType]) -> dict[tuple, tuple[Any, Any]]:
                 # labkit's own functions (the checkers' wrappers above all): code, defaults and closure. Not
                 # torch's: their closures cache state (dynamo's disable wrappers fill theirs on first call)
                 found[(module.__name__, name, "code")] = (_function_parts(value), value)
-            elif isinstance(value, type) and (getattr(value, "__module__", "") or "").startswith("labkit"):
-                classes.append(value)
+            elif isinstance(value, type) and ((getattr(value, "__module__", "") or "").startswith("labkit") or
+                                              (module.__name__ in _CLASSES_OF and value.__module__ == module.__name__)):
+                classes.append(value)  # labkit's classes, and those of the stdlib modules a checker's context uses
     import torch
 
     for cls in classes + [torch.Tensor, torch._C.TensorBase, torch.nn.Module, torch.autograd.Function]:

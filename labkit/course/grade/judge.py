@@ -10,6 +10,7 @@ A ``local`` exercise's checker runs in the box; its verdict is the box's word (d
 from __future__ import annotations
 
 import base64
+import builtins
 import contextlib
 import importlib
 import io
@@ -28,6 +29,7 @@ import torch
 
 from labkit.checks import base
 from labkit.course.grade import wire
+from labkit.course.grade.sandbox import Cgroups
 from labkit.stubs import stub_message
 
 __all__ = ["Outcome", "BoxGone", "Watch", "Judge"]
@@ -143,7 +145,13 @@ def _student_error(message: dict) -> Exception:
     if isinstance(stub, list) and len(stub) == 2 and all(isinstance(s, str) for s in stub):
         return NotImplementedError(stub_message(*stub))
     name = str(message.get("type", "Exception"))[:60] or "Exception"
-    error = type(name if name.isidentifier() else "Exception", (Exception,), {})(str(message.get("message", ""))[:2000])
+    builtin = getattr(builtins, name, None)  # a checker may expect one (a ValueError naming the bad budget)
+    plain = type(name if name.isidentifier() else "Exception", (Exception,), {})  # the student's own, by name
+    kind = builtin if isinstance(builtin, type) and issubclass(builtin, Exception) else plain
+    try:
+        error = kind(str(message.get("message", ""))[:2000])
+    except Exception:  # noqa: BLE001  (a builtin that wants other arguments: the student's error as a plain one)
+        error = plain(str(message.get("message", ""))[:2000])
     error.labkit_where = str(message.get("where", ""))[:200]
     return error
 
@@ -216,6 +224,8 @@ class Judge:
         proc = subprocess.Popen(command, pass_fds=(to_r, from_w), env=env, cwd=cwd, start_new_session=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.close(to_r), os.close(from_w)
+        groups = Cgroups(f"labkit-box-{os.getpid()}-{proc.pid}", self.processes, self.memory)
+        groups.add(proc.pid)  # before the box's first line of student code: bwrap is still making the box
         errors = _Tail(proc.stderr)
         watch = Watch(proc, self.memory, self.processes)
         channel = _Channel(to_w, from_r, watch)
@@ -238,6 +248,7 @@ class Judge:
                 watch.kill()
                 proc.wait()
             watch.stop()
+            groups.remove()
             os.close(to_w), os.close(from_r)
         return outcomes, ended
 
@@ -254,6 +265,11 @@ class Judge:
             if exercise["mode"] == "remote":
                 outcome = self._remote(channel, job, exercise)
                 channel.send({"op": "end"})
+                tried = channel.from_child()
+                if tried.get("op") != "tried" or not isinstance(tried.get("what"), list):
+                    raise BoxGone("the box broke the protocol (no report of what was tried)")
+                if tried["what"]:
+                    outcome = Outcome("tampered", "tried " + "; ".join(str(w)[:100] for w in tried["what"][:4]))
             else:
                 verdict = channel.from_child()
                 if verdict.get("op") != "verdict":
@@ -283,6 +299,10 @@ class Judge:
             return Outcome("not attempted", _first_line(str(e)))
         except base.CheckFailure as e:
             return Outcome("failed", str(e)[:2000])
+        except Exception as e:  # the student's error, come back through a call the checker did not trap
+            failure = base.student_failure(exercise["id"], "your code, called by the checker", e,
+                                           "run your function by hand on a small input to see where it fails")
+            return Outcome("not attempted" if isinstance(failure, base.NotAttempted) else "failed", str(failure)[:2000])
         line = next((x for x in out.getvalue().splitlines() if x.startswith(f"[ex {exercise['id']}] passed")), "")
         return Outcome("passed", line[:300] or f"[ex {exercise['id']}] passed")
 

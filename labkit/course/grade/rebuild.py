@@ -3,8 +3,9 @@
 The pristine student notebook of a lab is the grading copy. Its answer cells (those holding an exercise stub)
 are matched by cell id in the returned file and take that cell's source; every other cell, checker cells
 included, with all metadata and tags, comes from the pristine copy, and no output or execution count of the
-returned file is kept. A first cell arms the in-kernel guard, and each checker cell starts by verifying it
-(guard.py). Answer cells are also read for what an answer has no business doing (`scan`).
+returned file is kept. Answer cells are read for what an answer has no business doing (`scan`), and cut to
+their definitions for the program a box runs (`program`): grading runs no statement of the student's but the
+functions and classes a checker calls.
 """
 from __future__ import annotations
 
@@ -19,9 +20,6 @@ from labkit.stubs import EXPORT, IN_SOURCE
 
 CHECKER = re.compile(r"\blk\.checks\.ex_(\d+)_(\d+)\(")
 CALL = re.compile(r"\blk\.checks\.(ex_\d+_\d+)\(([\w\s,]*)\)")  # a checker cell's call: the names it passes
-PRELUDE = "import labkit.course.grade.guard as _labkit_guard\n_labkit_guard.arm()"
-# Before each checker: put back what answers changed, and take `lk` from the kit again (an answer may rebind it).
-VERIFY = "import labkit.course.grade.guard as _labkit_guard; _labkit_guard.verify(); import labkit as lk\n"
 SHADOWED = {"lk", "labkit", "_labkit_guard"}  # names the checker cells rely on
 # What an answer never needs: the grader's and checkers' insides, IPython's error machinery, tracing, reloading.
 FORBIDDEN_NAMES = {"get_ipython", "settrace", "setprofile", "set_custom_exc", "input_transformers_cleanup",
@@ -181,13 +179,9 @@ def rebuild(submission: nbformat.NotebookNode, pristine: Pristine, withheld: fro
                         flags.setdefault(ex, []).append(finding)
         elif cell.id in pristine.checkers:
             role = "checker"
-            cell.source = VERIFY + cell.source
         cell.outputs, cell.execution_count = [], None
         cell.metadata["labkit_grade"] = {"role": role, "exercises": pristine.answers.get(cell.id)
                                          or pristine.checkers.get(cell.id) or []}
-    prelude = nbformat.v4.new_code_cell(PRELUDE, id="labkit-grade-prelude")
-    prelude.metadata["labkit_grade"] = {"role": "prelude", "exercises": []}
-    nb.cells.insert(0, prelude)
     lost = {ex for cid, exercises in pristine.answers.items() if cid not in found for ex in exercises}
     return Rebuilt(nb, found, flags, lost)
 
@@ -224,7 +218,7 @@ def program(built: "Rebuilt", pristine: Pristine) -> tuple[list[dict], dict[str,
     the student returned them, cut to their definitions; and per exercise how many statements were left out."""
     cells, dropped = [], {}
     for cell in built.nb.cells:
-        if cell.cell_type != "code" or cell.metadata.get("labkit_grade", {}).get("role") == "prelude":
+        if cell.cell_type != "code":
             continue
         exercises = pristine.answers.get(cell.id, [])
         pristine_source = next(c.source for c in pristine.nb.cells if c.get("id") == cell.id)

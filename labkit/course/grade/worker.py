@@ -99,11 +99,12 @@ def _decode_args(blob: str, fd_in: int, fd_out: int) -> tuple[list, dict]:
     return [fix(a) for a in args], {k: fix(v) for k, v in kwargs.items()}
 
 
-def _serve(names: dict, fd_in: int, fd_out: int) -> None:
-    """Remote: answer the judge's calls until it says end."""
+def _serve(names: dict, fd_in: int, fd_out: int, tried: list[str]) -> None:
+    """Remote: answer the judge's calls until it says end, then say what the student's code tried (if anything)."""
     while True:
         message = wire.receive(fd_in)
         if message.get("op") == "end":
+            wire.send(fd_out, {"op": "tried", "what": list(tried)})
             return
         try:
             fn = names[message["name"]]
@@ -118,7 +119,7 @@ def _serve(names: dict, fd_in: int, fd_out: int) -> None:
         wire.send(fd_out, {"op": "result", "value": wire.encode(value), "after": after})
 
 
-def _check_locally(exercise: dict, names: dict, fd_out: int, check: Any, threads: int) -> None:
+def _check_locally(exercise: dict, names: dict, fd_out: int, check: Any, threads: int, tried: list[str]) -> None:
     """Local: run the checker here, then the guard; one verdict. `check` (the raw check, without the notebook's
     display wrapper) and the guard's functions were taken before the program ran, so that nothing a definition
     did at load time (a decorator, a default argument) can swap them."""
@@ -139,10 +140,41 @@ def _check_locally(exercise: dict, names: dict, fd_out: int, check: Any, threads
         verdict = {"status": "failed", "message": str(e)[:2000]}
     except BaseException as e:  # noqa: BLE001  (a check the student's code broke: an error, never a pass)
         verdict = {"status": "error", "message": f"{type(e).__name__}: {_first_line(e)}{_where(e)}"}
-    tampered = verify(quiet=True) + leftovers(threads)
+    tampered = verify(quiet=True) + leftovers(threads) + [f"tried {t}" for t in tried]
     if tampered:
         verdict = {"status": "tampered", "message": "changed what the checker relies on: " + ", ".join(tampered[:6])}
     wire.send(fd_out, {"op": "verdict", **verdict})
+
+
+# What no answer needs to do, seen by an audit hook (sys.addaudithook: it cannot be removed once added).
+# Writes under /tmp (the box's own tmpfs) are a scratch pad; anywhere else they were refused by the box anyway.
+_TRIED = {"os.system", "subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+          "ctypes.dlopen", "ctypes.dlsym", "socket.connect", "socket.bind", "os.kill", "os.killpg"}
+_CHANGES = {"os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.chmod", "os.chown", "os.symlink", "os.link",
+            "os.truncate", "os.utime", "shutil.rmtree"}
+_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _outside_tmp(path: Any) -> bool:
+    try:
+        return not os.path.abspath(os.fsdecode(path)).startswith("/tmp/")
+    except (TypeError, ValueError):
+        return False  # a file descriptor, or something that is not a path
+
+
+def _audit(tried: list[str]) -> None:
+    """Record what the student's code tries that an answer never needs (the worker flags the exercise)."""
+    def hook(event: str, args: tuple) -> None:
+        if len(tried) >= 20:
+            return
+        if event in _TRIED:
+            tried.append(f"{event}({str(args)[:80]})")
+        elif event in _CHANGES and args and _outside_tmp(args[0]):
+            tried.append(f"{event}({str(args[0])[:80]})")
+        elif event == "open" and len(args) >= 3 and _outside_tmp(args[0]) and (
+                any(c in str(args[1] or "") for c in "wax+") or (isinstance(args[2], int) and args[2] & _WRITE)):
+            tried.append(f"writing {str(args[0])[:80]}")
+    sys.addaudithook(hook)
 
 
 def _pass_line(text: str, ex: str) -> str:
@@ -162,12 +194,14 @@ def child(job: dict, exercise: dict, fd_in: int, fd_out: int, memory: int | None
     os.dup2(null, 2)  # what the student's code prints goes nowhere: the verdict is not read from it
     check = getattr(importlib.import_module(job["checks"]), exercise["checker"])
     threads = threading.active_count()
+    tried: list[str] = []
+    _audit(tried)  # before the student's first line
     names, errors = _namespace(job)
     wire.send(fd_out, {"op": "loaded", "errors": errors})
     if exercise["mode"] == "remote":
-        _serve(names, fd_in, fd_out)
+        _serve(names, fd_in, fd_out, tried)
     else:
-        _check_locally(exercise, names, fd_out, check, threads)
+        _check_locally(exercise, names, fd_out, check, threads, tried)
 
 
 # ---------------------------------------------------------------- in the server
