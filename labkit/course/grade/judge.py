@@ -78,6 +78,14 @@ class Watch:
 
     @staticmethod
     def _rss(pid: int) -> int:
+        """The process's proportional set size (pages shared with its forks counted once among them), else RSS."""
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
         try:
             with open(f"/proc/{pid}/statm") as f:
                 return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -242,6 +250,7 @@ class Judge:
         except BoxGone as e:
             ended = watch.why or f"the grader's worker stopped ({e}){errors.last()}"
         finally:
+            hit = groups.hits()
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -250,6 +259,8 @@ class Judge:
             watch.stop()
             groups.remove()
             os.close(to_w), os.close(from_r)
+        if ended and hit:
+            ended += f"; the box ran into {' and '.join(hit)}"
         return outcomes, ended
 
     def _exercise(self, channel: _Channel, job: dict, exercise: dict) -> Outcome:
@@ -276,7 +287,9 @@ class Judge:
                     raise BoxGone("the box broke the protocol (no verdict)")
                 outcome = Outcome(str(verdict.get("status", "error"))[:20], str(verdict.get("message", ""))[:2000])
             channel.from_child()  # nothing more comes from the child but its end
-            outcome = Outcome("tampered", "its process sent more after the check was done")
+            outcome = Outcome("tampered", "its process sent more after the check was done (a forked copy, a forgery)")
+            while True:  # read what else it sends until the worker reports its end
+                channel.from_child()
         except BoxGone as e:
             if not str(e).startswith("ended: "):
                 raise  # the box is gone: nothing more of this submission is graded

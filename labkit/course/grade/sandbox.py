@@ -174,6 +174,20 @@ class Cgroups:
         for group in self.groups:
             (group / "cgroup.procs").write_text(str(pid))
 
+    def hits(self) -> list[str]:
+        """Which limit the box ran into, as the kernel counted: "its process limit", "its memory limit"."""
+        found = []
+        for group in self.groups:
+            for name, marker, what in (("pids.events", "max", "its process limit"),
+                                       ("memory.oom_control", "oom_kill", "its memory limit")):
+                try:
+                    counts = dict(line.split() for line in (group / name).read_text().splitlines() if line.strip())
+                except (OSError, ValueError):
+                    continue
+                if int(counts.get(marker, 0)):
+                    found.append(what)
+        return found
+
     def remove(self) -> None:
         """Remove the groups, once the box's last process is gone (the kernel reaps them a moment after bwrap)."""
         for group in self.groups:

@@ -149,6 +149,7 @@ def _check_locally(exercise: dict, names: dict, fd_out: int, check: Any, threads
 # What no answer needs to do, seen by an audit hook (sys.addaudithook: it cannot be removed once added).
 # Writes under /tmp (the box's own tmpfs) are a scratch pad; anywhere else they were refused by the box anyway.
 _TRIED = {"os.system", "subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+          "_thread.start_new_thread",
           "ctypes.dlopen", "ctypes.dlsym", "socket.connect", "socket.bind", "os.kill", "os.killpg"}
 _CHANGES = {"os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.chmod", "os.chown", "os.symlink", "os.link",
             "os.truncate", "os.utime", "shutil.rmtree"}
@@ -160,6 +161,18 @@ def _outside_tmp(path: Any) -> bool:
         return not os.path.abspath(os.fsdecode(path)).startswith("/tmp/")
     except (TypeError, ValueError):
         return False  # a file descriptor, or something that is not a path
+
+
+def _threads(tried: list[str]) -> None:
+    """Record each thread started (Python audits none in 3.11): threading's and _thread's start, wrapped."""
+    import _thread
+
+    start = _thread.start_new_thread
+
+    def recorded(function: Any, *args: Any, **kwargs: Any) -> Any:
+        tried.append(f"starting a thread ({getattr(function, '__qualname__', function)!s:.60})")
+        return start(function, *args, **kwargs)
+    _thread.start_new_thread = threading._start_new_thread = recorded
 
 
 def _audit(tried: list[str]) -> None:
@@ -196,6 +209,7 @@ def child(job: dict, exercise: dict, fd_in: int, fd_out: int, memory: int | None
     threads = threading.active_count()
     tried: list[str] = []
     _audit(tried)  # before the student's first line
+    _threads(tried)
     names, errors = _namespace(job)
     wire.send(fd_out, {"op": "loaded", "errors": errors})
     if exercise["mode"] == "remote":
@@ -205,37 +219,93 @@ def child(job: dict, exercise: dict, fd_in: int, fd_out: int, memory: int | None
 
 
 # ---------------------------------------------------------------- in the server
-def _relay(judge_in: int, judge_out: int, pid: int, from_child: int, to_child: int, seconds: float) -> str:
-    """Forward messages both ways until the child exits; how it ended: "exited 0", "killed: time", ..."""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
+def _left_behind() -> list[int]:
+    """What an exercise's child left running: every process below this one and, in a box (where orphans go to the
+    box's pid 1, this process's parent), every process of the box but pid 1 and this one."""
+    me, boxed = os.getpid(), os.getppid() == 1
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    parents[int(entry)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def below(pid: int) -> bool:
+        seen = set()
+        while pid in parents and pid not in seen:
+            seen.add(pid)
+            pid = parents[pid]
+            if pid == me:
+                return True
+        return False
+    return [p for p in parents if p not in (1, me) and (boxed or below(p))]
+
+
+def _reap() -> None:
+    """Kill what a child left behind, and collect every child of this process that has ended."""
+    for pid in _left_behind():
+        try:
             os.kill(pid, signal.SIGKILL)
-            return "timeout"
-        ready, _, _ = select.select([judge_in, from_child], [], [], min(left, 1.0))
+        except OSError:
+            pass
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
+def _relay(judge_in: int, judge_out: int, pid: int, from_child: int, to_child: int, seconds: float) -> tuple[str, int]:
+    """Forward messages both ways while the child runs; (how it ended, its wait status). A child past `seconds` is
+    killed; whatever it left behind is killed when it ends; a message it does not finish in time breaks the
+    protocol."""
+    deadline, status = time.monotonic() + seconds, None
+    while True:
+        if status is None:
+            done, code = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = code
+                _reap()  # grandchildren that kept its pipe open, a forked copy still running the check
+        if status is None and time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            status = os.waitpid(pid, 0)[1]
+            _reap()
+            return "timeout", status
+        watching = [from_child] if status is not None else [judge_in, from_child]
+        ready, _, _ = select.select(watching, [], [], 0.2 if status is None else 0)
+        if status is not None and from_child not in ready:
+            return "ended", status  # its last messages are forwarded
         try:
             if from_child in ready:
-                wire.send(judge_out, {"op": "child", "message": wire.receive(from_child)})
+                message = wire.receive(from_child, time.monotonic() + 10)
+                wire.send(judge_out, {"op": "child", "message": message})
             if judge_in in ready:
-                message = wire.receive(judge_in)
-                if message.get("op") == "kill":
-                    os.kill(pid, signal.SIGKILL)
-                    return "killed by the judge"
-                wire.send(to_child, message)
+                wire.send(to_child, wire.receive(judge_in))
         except EOFError:
-            return "ended"
-        except (wire.WireError, OSError) as e:  # the child broke the protocol, or closed its pipe mid-message
-            os.kill(pid, signal.SIGKILL)
-            return f"broke the protocol ({e})"
+            if status is None:
+                status = os.waitpid(pid, 0)[1]
+            _reap()
+            return "ended", status
+        except (wire.WireError, TimeoutError, OSError) as e:  # the child broke the protocol, or stalled in it
+            if status is None:
+                os.kill(pid, signal.SIGKILL)
+                status = os.waitpid(pid, 0)[1]
+            _reap()
+            return f"broke the protocol ({e})", status
 
 
 def run(job: dict, judge_in: int, judge_out: int, memory: int | None, seconds: float) -> None:
-    """Serve the judge: {"op": "start", "exercise": {...}} forks a child; {"op": "quit"} ends."""
+    """Serve the judge: {"op": "start", "exercise": {...}} forks a child; {"op": "quit"} ends (anything else the
+    judge sent for a child that has ended meanwhile is dropped)."""
     while True:
         message = wire.receive(judge_in)
-        if message.get("op") != "start":
+        if message.get("op") == "quit":
             return
+        if message.get("op") != "start":
+            continue
         exercise = message["exercise"]
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
@@ -250,8 +320,7 @@ def run(job: dict, judge_in: int, judge_out: int, memory: int | None, seconds: f
                 code = 1
             os._exit(code)
         os.close(to_r), os.close(from_w)
-        how = _relay(judge_in, judge_out, pid, from_r, to_w, seconds)
-        _, status = os.waitpid(pid, 0)
+        how, status = _relay(judge_in, judge_out, pid, from_r, to_w, seconds)
         os.close(from_r), os.close(to_w)
         wire.send(judge_out, {"op": "ended", "how": how, "status": status, "seconds": round(time.monotonic() - start, 2)})
 
