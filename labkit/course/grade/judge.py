@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import importlib
 import io
+import itertools
 import os
 import pickle
 import signal
@@ -217,6 +218,9 @@ def _write_back(args: tuple, after: Any) -> None:
             arg[:] = now
 
 
+_BOXES = itertools.count()
+
+
 class Judge:
     """Grades submissions one after another, each in a box of its own (one Judge per job slot)."""
 
@@ -229,11 +233,11 @@ class Judge:
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         command = argv + ["--fd-in", str(to_r), "--fd-out", str(from_w), "--seconds", str(self.seconds)]
-        proc = subprocess.Popen(command, pass_fds=(to_r, from_w), env=env, cwd=cwd, start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        groups = Cgroups(f"labkit-box-{os.getpid()}-{next(_BOXES)}", self.processes, self.memory)
+        proc = subprocess.Popen(groups.entering(command), pass_fds=(to_r, from_w), env=env, cwd=cwd,
+                                start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
         os.close(to_r), os.close(from_w)
-        groups = Cgroups(f"labkit-box-{os.getpid()}-{proc.pid}", self.processes, self.memory)
-        groups.add(proc.pid)  # before the box's first line of student code: bwrap is still making the box
         errors = _Tail(proc.stderr)
         watch = Watch(proc, self.memory, self.processes)
         channel = _Channel(to_w, from_r, watch)

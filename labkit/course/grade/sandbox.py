@@ -170,9 +170,15 @@ class Cgroups:
     def active(self) -> bool:
         return bool(self.groups)
 
-    def add(self, pid: int) -> None:
-        for group in self.groups:
-            (group / "cgroup.procs").write_text(str(pid))
+    def entering(self, argv: list[str]) -> list[str]:
+        """`argv` run by a shell that first moves itself into every group, so the box's first process (and so each
+        process it makes) is counted from its start; adding bwrap's pid after it started would miss the children it
+        forks at once."""
+        if not self.groups:
+            return argv
+        enter = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1/cgroup.procs" || exit 111; shift; n=$((n-1)); done;'
+                 ' exec "$@"')
+        return ["/bin/sh", "-c", enter, "sh", str(len(self.groups)), *map(str, self.groups), *argv]
 
     def hits(self) -> list[str]:
         """Which limit the box ran into, as the kernel counted: "its process limit", "its memory limit"."""
