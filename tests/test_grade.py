@@ -22,7 +22,7 @@ import torch
 
 from labkit.checks import base, lab00
 from labkit.course.catalog import LABS
-from labkit.course.grade import files, guard, report, sandbox, wire
+from labkit.course.grade import bench, files, guard, report, sandbox, wire
 from labkit.course.grade.rebuild import Pristine, definitions, program, rebuild, scan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,18 +37,9 @@ def pristine() -> Pristine:
     return Pristine.read(LAB, STUDENT)
 
 
-def answered(*exercises: str, outputs: bool = False, student: Path = STUDENT, solution: Path = SOLUTION,
-             lab: str = LAB) -> nbformat.NotebookNode:
+def answered(*exercises: str, lab: str = LAB) -> nbformat.NotebookNode:
     """A lab's student notebook with the solution's answer cells for `exercises` (stubs elsewhere)."""
-    p = Pristine.read(lab, student)
-    solved = {c.id: c for c in nbformat.read(solution, as_version=4).cells}
-    nb = nbformat.read(student, as_version=4)
-    for cell in nb.cells:
-        if set(p.answers.get(cell.id, [])) & set(exercises):
-            cell.source = solved[cell.id].source
-            if outputs:
-                cell.outputs = solved[cell.id].outputs
-    return nb
+    return bench.answered(lab, set(exercises), ROOT)
 
 
 def cell_of(nb: nbformat.NotebookNode, kind: str, exercise: str, lab: str = LAB) -> nbformat.NotebookNode:
@@ -344,7 +335,7 @@ def test_every_completed_lab_passes_grading_and_a_hard_coded_answer_does_not(tmp
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
         save(nb, tmp_path / "class" / "solved" / lab.notebook)
-    nb = answered(student=LABS[0].student(ROOT), solution=LABS[0].solution(ROOT), lab="00")
+    nb = answered(lab="00")
     cell_of(nb, "answer", "0.1", lab="00").source = (
         "#| export\nimport torch\n\nPUBLIC = {(3, 4): 48, (5,): 10, (2, 3, 7): 336, (10,): 10, (0, 4): 0, (4,): 16}\n\n"
         "def tensor_bytes(t):\n    return PUBLIC[tuple(t.shape)]\n")
@@ -354,3 +345,16 @@ def test_every_completed_lab_passes_grading_and_a_hard_coded_answer_does_not(tmp
     assert {r["lab"] for r in rows.values()} == {lab.number for lab in LABS}
     assert {k: r["message"] for k, r in rows.items() if k[0] == "solved" and r["status"] != "passed"} == {}
     assert rows[("lazy", "0.1")]["status"] == "failed" and "KeyError" in rows[("lazy", "0.1")]["message"]
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_bench_grade_grades_a_generated_class_sandboxed_with_every_verdict_as_expected():
+    """`bench grade` on a class of 10 (the figures at 1, 10 and 100 are the benchmark's, not a test's): the keys the
+    notes read, a box per submission, and every generated verdict (passes, stubs, a wrong 2.1) as it should be."""
+    figures = bench.grade_bench((10,), jobs=2)
+    assert set(figures) == {"seconds", "as_expected", "jobs", "sandbox", "kept_by", "identity"}
+    assert figures["sandbox"] is True and figures["jobs"] == 2 and figures["seconds"]["10"] > 0
+    assert figures["as_expected"] == {"10": "50/50"}
+    kinds = {v for i in range(10) for v in bench.submission(i, pristine())[1].values()}
+    assert kinds == {"passed", "not attempted", "failed"}

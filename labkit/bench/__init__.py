@@ -39,7 +39,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "mete
 def main(name: str, as_json: bool = False) -> int:
     """Run benchmark `name`; print one JSON object (--json) or readable lines."""
     if name not in BENCHMARKS:
-        print(f"labkit bench: unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}", file=sys.stderr)
+        print(f"labkit bench: unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}, or grade", file=sys.stderr)
         return 2
     figures = BENCHMARKS[name]()
     if as_json:

@@ -130,8 +130,8 @@ def hidden(ex: str) -> random.Random | None:
 
 def remote(check: Callable[..., Any]) -> Callable[..., Any]:
     """Mark a check that only calls the student's functions on data and reads data back: `labkit grade` runs it
-    outside the student's process, each call answered by the sandboxed student code (docs/design.md, "Grading a
-    class")."""
+    outside the student's process, each call answered by the sandboxed student code
+    (docs/design.md, "Grading a class")."""
     check.remote = True
     return check
 

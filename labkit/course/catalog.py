@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 __all__ = ["Lab", "LABS"]
 
@@ -32,8 +33,15 @@ class Lab:
 
     @property
     def checks(self) -> str:
-        """The package (or module) of its checkers."""
+        """The package (or module) of its checkers, by name."""
         return f"labkit.checks.lab{self.number}"
+
+    @property
+    def checkers(self) -> ModuleType:
+        """That package (or module) itself, imported: its raw checks, without the notebook's display wrapper."""
+        from labkit import checks
+
+        return getattr(checks, f"lab{self.number}")
 
     def solution(self, root: Path) -> Path:
         """Its solution notebook in the kit at `root`."""
@@ -55,3 +63,11 @@ LABS: tuple[Lab, ...] = (
     Lab("07", "capstone"),
 )
 
+
+
+def lab(number: str) -> Lab:
+    """The lab numbered `number` ("02")."""
+    for entry in LABS:
+        if entry.number == number:
+            return entry
+    raise KeyError(f"no lab {number!r}; the labs are {', '.join(e.number for e in LABS)}")

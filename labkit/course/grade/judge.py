@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import builtins
 import contextlib
-import importlib
 import io
 import itertools
 import os
@@ -29,6 +28,7 @@ from typing import Any
 import torch
 
 from labkit.checks import base
+from labkit.course import catalog
 from labkit.course.grade import wire
 from labkit.course.grade.sandbox import Cgroups
 from labkit.stubs import stub_message
@@ -306,7 +306,7 @@ class Judge:
         return outcome
 
     def _remote(self, channel: _Channel, job: dict, exercise: dict) -> Outcome:
-        check = getattr(importlib.import_module(job["checks"]), exercise["checker"])
+        check = getattr(catalog.lab(job["lab"]).checkers, exercise["checker"])
         functions = [StudentFunction(name, channel) for name in exercise["args"]]
         out = io.StringIO()
         try:

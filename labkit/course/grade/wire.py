@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import importlib
 import json
 import math
 import os
@@ -21,17 +20,22 @@ from typing import Any
 
 import torch
 
+from labkit.instruments.harness import Difference
+from labkit.instruments.ops import OpRecord
+from labkit.instruments.roofline import Ceilings
+from labkit.models.gpt import GPTConfig
+from labkit.models.mlp import MLPConfig
+from labkit.plans.plan import BlockCosts, Option, Profile, Step
+from labkit.plans.situation import SchemeCost, Situation
+
 __all__ = ["MESSAGE_BYTES", "WireError", "Opaque", "Record", "send", "receive", "encode", "decode"]
 
 MESSAGE_BYTES = 64 * 2**20  # one message at most: a submission cannot make the grader hold more
 _HEADER = struct.Struct("!Q")
 DEPTH = 40  # nesting the decoder follows at most
 # the kit's dataclasses a submission may return, by "module:qualname" (rebuilt field by field)
-ALLOWED = {f"{m}:{n}" for m, n in (
-    ("labkit.instruments.harness", "Difference"), ("labkit.instruments.ops", "OpRecord"),
-    ("labkit.instruments.roofline", "Ceilings"), ("labkit.plans.plan", "Step"), ("labkit.plans.plan", "Option"),
-    ("labkit.plans.plan", "BlockCosts"), ("labkit.plans.plan", "Profile"), ("labkit.plans.situation", "SchemeCost"),
-    ("labkit.plans.situation", "Situation"), ("labkit.models.gpt", "GPTConfig"), ("labkit.models.mlp", "MLPConfig"))}
+ALLOWED: dict[str, type] = {f"{c.__module__}:{c.__qualname__}": c for c in (
+    Difference, OpRecord, Ceilings, Step, Option, BlockCosts, Profile, SchemeCost, Situation, GPTConfig, MLPConfig)}
 
 
 class WireError(ValueError):
@@ -223,8 +227,8 @@ def _tensor(dtype_name: Any, shape: Any, raw: Any) -> torch.Tensor:
 
 
 def _object(kind: str, fields: Any, depth: int) -> Any:
-    module, _, name = kind.partition(":")
-    cls = getattr(importlib.import_module(module), name)
+    cls = ALLOWED[kind]
+    name = cls.__name__
     if not isinstance(fields, dict) or set(fields) != {f.name for f in dataclasses.fields(cls)}:
         raise WireError(f"a {name} with the wrong fields")
     values = {k: decode(v, depth + 1) for k, v in fields.items()}

@@ -44,6 +44,7 @@ sys.path.insert(0, str(HERE.parents[3]))  # the box's copy of the kit: labkit/co
 import torch  # noqa: E402,F401  (loaded once, here, before any fork: every child starts with it)
 
 import labkit  # noqa: E402,F401  (every module a checker relies on is loaded before any student code)
+from labkit.course import catalog  # noqa: E402
 from labkit.course.grade import guard, wire  # noqa: E402
 from labkit.stubs import stub_of  # noqa: E402
 
@@ -197,15 +198,13 @@ def _pass_line(text: str, ex: str) -> str:
 
 def child(job: dict, exercise: dict, fd_in: int, fd_out: int, memory: int | None) -> None:
     """One exercise, in a process of its own: the program, then remote calls or the local check."""
-    import importlib
-
     if memory:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     os.chdir(tempfile.mkdtemp(prefix=f"ex{exercise['id']}-"))  # a fresh folder: nothing of another exercise's
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.dup2(null, 2)  # what the student's code prints goes nowhere: the verdict is not read from it
-    check = getattr(importlib.import_module(job["checks"]), exercise["checker"])
+    check = getattr(catalog.lab(job["lab"]).checkers, exercise["checker"])
     threads = threading.active_count()
     tried: list[str] = []
     _audit(tried)  # before the student's first line
@@ -325,6 +324,48 @@ def run(job: dict, judge_in: int, judge_out: int, memory: int | None, seconds: f
         wire.send(judge_out, {"op": "ended", "how": how, "status": status, "seconds": round(time.monotonic() - start, 2)})
 
 
+def warm() -> None:
+    """Do once, here, what torch initialises lazily on first use (the first backward, checkpoint, dispatch mode, an
+    autograd Function, saved-tensor hooks, the kit's meter), which would otherwise cost every exercise's child a
+    second or more. On one thread: a fork after OpenMP has started its pool leaves the child's pool hung."""
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.checkpoint import checkpoint
+
+    from labkit.env.profile import sizes
+    from labkit.instruments.meter import measure_peak
+    from labkit.models import GPTStack, gpt_input
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad * 2
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        state = torch.random.get_rng_state()
+        x = torch.randn(4, 8, requires_grad=True)
+        with Seen(), torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            for reentrant in (False, True):
+                y = checkpoint(lambda t: F.dropout(Twice.apply(t).sin(), 0.1), x, use_reentrant=reentrant)
+                y.sum().backward()
+        cfg = sizes().gpt()
+        model = GPTStack(cfg)
+        measure_peak(lambda: model(gpt_input(cfg)).square().mean().backward(), track=model)
+        torch.random.set_rng_state(state)  # every child starts from the generator the server started with
+    finally:
+        torch.set_num_threads(threads)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="labkit/course/grade/worker.py")
     parser.add_argument("job", type=Path)
@@ -337,9 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     job = json.loads(args.job.read_text())
-    guard.arm()
+    warm()
+    guard.arm()  # after the warm-up: whatever it loaded is watched too
     run(job, args.fd_in, args.fd_out, args.memory, args.seconds)
-    return 0
+    os._exit(0)  # nothing is left to flush or close, and torch's teardown would cost the class a second a box
 
 
 if __name__ == "__main__":

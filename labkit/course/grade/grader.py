@@ -1,0 +1,235 @@
+"""The grading run: the pristine labs, a template kit per lab, the judges, one submission after another.
+
+`grade()` is `python -m labkit grade`: each returned file (files.py) is matched to its lab, rebuilt (rebuild.py) and
+sent, as a job, to a judge (judge.py), which runs it in a box (sandbox.py, worker.py); the rows come back
+(report.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+from tqdm.auto import tqdm
+
+from labkit.course import release
+from labkit.course.catalog import LABS
+from labkit.course.grade import files, report, sandbox
+from labkit.course.grade.rebuild import Pristine, match, program, rebuild
+from labkit.course.grade.report import Row
+
+LIMITS = {"cell_timeout": 60.0, "notebook_timeout": 300.0, "memory_gib": 4.0, "profile": "tiny", "processes": 64}
+
+
+class GradeError(ValueError):
+    """A grading run that cannot start: the message names the value and what is allowed."""
+
+
+class JudgeProcess:
+    """A judge in a process of its own (python -m labkit.course.grade.judge), serving one job slot."""
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+        self.proc = subprocess.Popen([sys.executable, "-m", "labkit.course.grade.judge"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=dict(os.environ, LABKIT_PROFILE="tiny"))
+
+    def grade(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the judge of slot {self.slot} stopped (status {self.proc.poll()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class Grader:
+    """One grading run: the pristine labs, a template kit per lab, the box, the judges, the limits."""
+
+    def __init__(self, root: Path, labs: list[str], limits: dict, jobs: int, hidden: list[Path],
+                 use_sandbox: bool = True, executed: Path | None = None, seed: int | None = None):
+        self.labs, self.limits, self.executed, self.jobs = labs, limits, executed, jobs
+        self.seed = secrets.randbelow(2**31) if seed is None else seed
+        self.catalog = {lab.number: lab for lab in LABS}
+        self.notebooks = {n: lab.student(root) for n, lab in self.catalog.items()}
+        self.pristine = {n: Pristine.read(n, p) for n, p in self.notebooks.items()}
+        self.withheld = {lab: frozenset(m[:-3] for m in release.withheld(root, [lab])) for lab in labs}
+        self.tmp = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
+        self.tmp.chmod(0o755)  # the box's uid reads the kits and jobs in here
+        self.templates = {lab: release.package(root, self.tmp / "kits" / lab, [lab]) for lab in labs}
+        (self.tmp / "jobs").mkdir()
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        self.box = sandbox.Box.make(root / "labkit", hidden + [self.tmp], threads, limits["profile"]) \
+            if use_sandbox else None
+        self.threads = threads
+        self.judges: queue.Queue = queue.Queue()
+        for slot in range(jobs):
+            self.judges.put(JudgeProcess(slot))
+
+    def close(self) -> None:
+        while not self.judges.empty():
+            self.judges.get().close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def expected(self, path: Path) -> str | None:
+        """The graded lab a file should be: the one its name says (`02_...`), or the only one graded."""
+        by_name = path.name[:2] if path.name[2:3] == "_" else None
+        return by_name if by_name in self.labs else self.labs[0] if len(self.labs) == 1 else None
+
+    def identify(self, nb: nbformat.NotebookNode | None, path: Path) -> tuple[str | None, str]:
+        """(lab to grade it as, or None; why it is not that lab's notebook, or "")."""
+        expected = self.expected(path)
+        scores = {lab: match(nb, p) for lab, p in self.pristine.items()} if nb is not None else {}
+        best = max(scores, key=scores.get) if scores and max(scores.values()) >= 0.5 else None
+        if best is not None and best not in self.labs:
+            wanted = f"Lab {expected}" if expected else f"a lab graded here ({', '.join(self.labs)})"
+            return expected, f"this is the notebook of Lab {best} ({self.notebooks[best].name}), not {wanted}"
+        return best or expected, ""
+
+    def rows_for(self, student: str, lab: str | None, status: str, message: str) -> list[Row]:
+        if lab is None:
+            return [Row(student, "?", "", status, message)]
+        return [Row(student, lab, ex, status, message) for ex in self.pristine[lab].exercises]
+
+    def grade(self, returned: files.Returned) -> list[Row]:
+        """Every row of one submission; never raises for anything the submission holds."""
+        try:
+            return self._grade(returned)
+        except Exception as e:  # noqa: BLE001  (a file no check foresaw: this student's rows, not the class's run)
+            return self.rows_for(returned.student, self.expected(returned.path), "error",
+                                 f"could not be graded ({type(e).__name__}: {e})"[:300])
+
+    def _grade(self, returned: files.Returned) -> list[Row]:
+        student, path = returned.student, returned.path
+        if returned.refused:
+            kind = "missing" if returned.refused.startswith("missing") else "error"
+            return self.rows_for(student, self.expected(path), kind, returned.refused)
+        nb, problem = None, ""
+        try:
+            nb = nbformat.reads(files.read_text(path), as_version=4)
+        except OSError as e:
+            problem = f"cannot be read ({e})"
+        except Exception as e:  # noqa: BLE001  (invalid JSON, not a notebook: this student's rows)
+            problem = f"not a valid notebook ({type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''})"
+        lab, other = self.identify(nb, path)
+        if problem:
+            return self.rows_for(student, lab, "error", problem)
+        if other or lab is None:
+            return self.rows_for(student, lab, "missing", other or "cannot tell which lab this notebook is")
+        return self.run(student, lab, nb)
+
+    def job(self, lab: str, nb: nbformat.NotebookNode) -> tuple[dict, dict, dict, set]:
+        """(the job the box runs, scan flags per exercise, statements left out per exercise, lost exercises)."""
+        pristine, entry = self.pristine[lab], self.catalog[lab]
+        built = rebuild(nb, pristine, self.withheld[lab])
+        cells, dropped = program(built, pristine)
+        checks = entry.checkers
+        exercises = [{"id": ex, "checker": pristine.calls[ex][0], "args": pristine.calls[ex][1],
+                      "mode": "remote" if getattr(getattr(checks, pristine.calls[ex][0]), "remote", False) else "local",
+                      "seed": self.seed} for ex in pristine.exercises]
+        job = {"lab": lab, "module": entry.module, "notebook": entry.notebook, "checks": entry.checks,
+               "program": cells, "exercises": exercises}
+        return job, built.flags, dropped, built.lost
+
+    def run(self, student: str, lab: str, nb: nbformat.NotebookNode) -> list[Row]:
+        job, flags, dropped, lost = self.job(lab, nb)
+        job_file = Path(tempfile.mkstemp(dir=self.tmp / "jobs", suffix=".json")[1])
+        job_file.write_text(json.dumps(job))
+        job_file.chmod(0o644)
+        judge = self.judges.get()
+        try:
+            request = {"job": job, "limits": self.limits, **self._command(lab, job_file, judge.slot)}
+            answer = judge.grade(request)
+        finally:
+            self.judges.put(judge)
+            job_file.unlink(missing_ok=True)
+        if self.executed is not None:
+            self._keep(student, lab, job, answer)
+        return report.rows(student, lab, self.pristine[lab].exercises, answer["outcomes"], answer["ended"], flags,
+                           dropped, lost)
+
+    def _command(self, lab: str, job_file: Path, slot: int) -> dict:
+        """The worker's command line, in its box (or, without one, on a copy of the kit in a folder of its own)."""
+        memory = str(int(self.limits["memory_gib"] * 2**30))
+        if self.box is not None:
+            inner = [sys.executable, str(self.box.package / "course" / "grade" / "worker.py"), sandbox.INNER_JOB,
+                     "--memory", memory]
+            return {"argv": self.box.argv(self.templates[lab], job_file, slot, inner)}
+        kit = self.templates[lab]
+        work = Path(tempfile.mkdtemp(prefix="run-", dir=self.tmp))
+        env = dict(os.environ, PYTHONPATH=str(kit.parent), LABKIT_PROFILE=self.limits["profile"],
+                   PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=str(self.threads), MPLBACKEND="Agg")
+        return {"argv": [sys.executable, str(kit / "course" / "grade" / "worker.py"), str(job_file), "--memory", memory],
+                "env": env, "cwd": str(work)}
+
+    def _keep(self, student: str, lab: str, job: dict, answer: dict) -> None:
+        """What was run for `student` and what came of it, as JSON in --executed, written without following links."""
+        name = "".join(c if c.isalnum() or c in "-_.#" else "_" for c in student)[:100]
+        target = self.executed / f"{name}.{lab}.json"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"student": student, "lab": lab, "program": job["program"], **answer}, f, indent=1)
+
+
+def preflight(grader: Grader) -> str | None:
+    """Why the boxes would not grade with the kit the grader prepared (another checkout's labkit on the path,
+    say), or None: a box imports labkit and says where from."""
+    lab = grader.labs[0]
+    probe = "import labkit, sys; print(labkit.__file__)"
+    if grader.box is not None:
+        argv = grader.box.argv(grader.templates[lab], grader.tmp / "jobs", 0, [sys.executable, "-c", probe])
+        env, want = None, grader.box.package / "__init__.py"
+    else:
+        argv = [sys.executable, "-c", probe]
+        env = dict(os.environ, PYTHONPATH=str(grader.templates[lab].parent))
+        want = grader.templates[lab] / "__init__.py"
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=grader.tmp, timeout=120)
+    where = done.stdout.strip()
+    if done.returncode != 0 or Path(where) != want:
+        return (f"a box imports labkit from {where or '(nowhere: ' + done.stderr.strip()[-200:] + ')'}, not from the "
+                f"copy the grader prepared ({want}): another checkout's labkit is installed in this environment "
+                "(an editable install pointing elsewhere?); grade from that checkout, or reinstall this one")
+    return None
+
+
+def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: int, hidden: list[Path],
+          use_sandbox: bool = True, executed: Path | None = None, progress: bool = True,
+          seed: int | None = None) -> list[Row]:
+    """Rows for every submission under `paths`, graded `jobs` at a time."""
+    if use_sandbox:
+        problem = sandbox.unusable()
+        if problem:
+            raise GradeError(f"{problem}; --no-sandbox grades without it, for notebooks you trust")
+    if executed is not None:
+        executed.mkdir(parents=True, exist_ok=True)  # made before the first box, so that every box has it covered
+    hidden = hidden + [p if p.is_dir() else p.parent for p in paths] + ([executed] if executed else [])
+    grader = Grader(root, labs, limits, jobs, hidden, use_sandbox, executed, seed)
+    try:
+        problem = preflight(grader)
+        if problem:
+            raise GradeError(problem)
+        stems = {p.stem for p in grader.notebooks.values()}
+        other_labs = {p.stem for n, p in grader.notebooks.items() if n not in labs}
+        returned = [r for r in files.discover(paths, stems) if r.path.stem not in other_labs]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = pool.map(grader.grade, returned)
+            rows = [r for rs in tqdm(results, total=len(returned), desc="grading", unit="notebook",
+                                     disable=not progress) for r in rs]
+    finally:
+        grader.close()
+    return rows
