@@ -129,3 +129,54 @@ def test_every_lab_has_its_planted_bugs_and_its_reference_held_against_an_oracle
     version, an independent oracle or exhaustive search (docs/design.md, "Checkers")."""
     for kind in ("checks", "reference"):
         assert (ROOT / "tests" / f"test_{kind}_lab{lab.number}.py").is_file(), f"tests/test_{kind}_lab{lab.number}.py"
+
+
+def _fingerprint(value: object) -> object:
+    """What a call's argument is, by value: tensors by their bytes, modules by their parameters, functions by their
+    code and what they close over; so that two calls that ask the same question have the same fingerprint."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), tuple(value.shape), value.detach().cpu().contiguous().view(-1)
+                .view(torch.uint8).numpy().tobytes() if value.numel() else b"")
+    if isinstance(value, torch.nn.Module):
+        return ("module", type(value).__qualname__, tuple((n, p.requires_grad, _fingerprint(p.data))
+                                                          for n, p in value.named_parameters(remove_duplicate=False)))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_fingerprint(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((repr(k), _fingerprint(v)) for k, v in value.items())))
+    if hasattr(value, "__dataclass_fields__") and not isinstance(value, type):
+        return (type(value).__qualname__, tuple((f, _fingerprint(getattr(value, f))) for f in value.__dataclass_fields__))
+    if callable(value) and hasattr(value, "__code__"):
+        cells = tuple(_fingerprint(c.cell_contents) for c in value.__closure__ or ())
+        return ("function", value.__code__.co_code, repr(value.__code__.co_consts), cells)
+    return ("value", repr(value))
+
+
+REMOTE = [ex for ex in EXERCISES if getattr(getattr(ex.lab.checkers, ex.checker), "remote", False)]
+
+
+@pytest.mark.parametrize("ex", REMOTE, ids=str)
+def test_each_data_checker_asks_at_grading_what_its_public_cases_never_ask_and_the_reference_passes(ex, capsys):
+    """Issue 25's hidden cases, for every checker `labkit grade` runs on data: under a run's seed it calls the
+    student's functions with arguments the public cases never pass (so an answer that looks its result up in a
+    table of the public cases fails), different ones from another seed, and the reference passes them all."""
+    from labkit.checks import base
+
+    def asked(seed: int | None) -> set:
+        questions: set = set()
+
+        def recording(fn):
+            def answer(*args, **kwargs):
+                questions.add((fn.__name__, _fingerprint(list(args)), _fingerprint(kwargs)))
+                return fn(*args, **kwargs)
+            answer.__name__ = fn.__name__
+            return answer
+        with base.hidden_cases(seed):
+            getattr(ex.lab.checkers, ex.checker)(*[recording(f) if callable(f) else f for f in _reference(ex)])
+        return questions
+
+    public = asked(None)
+    first, second = asked(1), asked(2)
+    assert first - public, f"Exercise {ex}: the hidden cases ask nothing the public ones do not"
+    assert first - public != second - public, f"Exercise {ex}: two seeds draw the same hidden cases"
+    assert capsys.readouterr().out.count("passed") == 3

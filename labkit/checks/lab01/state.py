@@ -39,6 +39,23 @@ def _state_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
     ]
 
 
+def _hidden_state_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
+    """labkit grade: MLP chains of sizes, dtypes and frozen parameters the student never saw (none in a notebook)."""
+    rng = hidden("1.3")
+    out = []
+    for _ in range(3 if rng is not None else 0):
+        cfg = MLPConfig(rng.randint(1, 5), rng.randint(1, 40), bias=rng.random() < 0.5,
+                        dtype=rng.choice([torch.float32, torch.float64, torch.bfloat16]), seed=rng.randrange(1000))
+        model = MLPChain(cfg)
+        params = list(model.parameters())
+        frozen = rng.sample(range(len(params)), rng.randint(0, len(params) - 1))
+        for i in frozen:
+            params[i].requires_grad_(False)
+        out.append((f"an MLPChain({cfg.n_layers} layers, width {cfg.width}, bias={cfg.bias}, {cfg.dtype}) with "
+                    f"{len(frozen)} of its {len(params)} parameters frozen", model, mlp_input(cfg, rng.randint(1, 6))))
+    return out
+
+
 def _adam_state_bytes(model: nn.Module, x: torch.Tensor) -> int:
     """Run one real Adam step; sum the bytes of p, p.grad, exp_avg, exp_avg_sq (step counters left out)."""
     opt = torch.optim.Adam(model.parameters())
@@ -59,7 +76,7 @@ def _adam_state_bytes(model: nn.Module, x: torch.Tensor) -> int:
 def ex_1_3(training_state_bytes: Callable[[nn.Module], int]) -> None:
     """Exercise 1.3: training_state_bytes(model) equals params + grads + Adam buffers after a real step."""
     __tracebackhide__ = True
-    cases = _state_models()
+    cases = _state_models() + _hidden_state_models()
     for what, model, x in cases:
         got = call_int("1.3", training_state_bytes, (model,), None, f"training_state_bytes(<{what}>)")
         params = list(model.parameters())

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from labkit.checks.base import CheckFailure, need_callable, passed, remote
+from labkit.checks.base import CheckFailure, hidden, need_callable, passed, remote
 from labkit.checks.lab03 import hints as H
 from labkit.checks.lab03.common import call, clear, expect_error, grads, plain_grads, same, weighted, widening_chain
 from labkit.instruments import saved_tensors
@@ -107,7 +107,14 @@ def ex_3_2(segment_peak: Callable[..., int], best_segments: Callable[..., int]) 
     __tracebackhide__ = True
     need_callable("3.2", "segment_peak", segment_peak)
     need_callable("3.2", "best_segments", best_segments)
-    for n, k, a, b, e in PEAK_CASES:
+    peak_cases, best_cases = list(PEAK_CASES), list(BEST_CASES)
+    rng = hidden("3.2")
+    if rng is not None:  # labkit grade: chains and sizes the student never saw
+        for _ in range(6):
+            n = rng.randint(1, 400)
+            peak_cases.append((n, rng.randint(1, n), rng.randint(1, 10 ** 6), rng.randint(1, 10 ** 6), rng.randint(0, 999)))
+            best_cases.append((n, rng.randint(1, 10 ** 4), rng.randint(1, 10 ** 4)))
+    for n, k, a, b, e in peak_cases:
         what = f"segment_peak({n}, {k}, {a}, {b}, {e})"
         got = call("3.2", what, H.MODEL_SPEC, segment_peak, n, k, a, b, e)
         want = k * a + -(-n // k) * b + e
@@ -115,11 +122,11 @@ def ex_3_2(segment_peak: Callable[..., int], best_segments: Callable[..., int]) 
             raise CheckFailure("3.2", f"the type {what} returns", "int", type(got).__name__, H.MODEL_INT)
         if got != want:
             raise CheckFailure("3.2", what, want, got, _model_hint(got, n, k, a, b, e))
-    for n, a, b in BEST_CASES:
+    for n, a, b in best_cases:
         what = f"best_segments({n}, {a}, {b})"
         got = call("3.2", what, H.MODEL_BEST, best_segments, n, a, b)
         want = min(range(1, n + 1), key=lambda k: k * a + -(-n // k) * b)
         if got != want:
             raise CheckFailure("3.2", what, want, got, H.MODEL_BEST)
-    passed("3.2", f"segment_peak right on {len(PEAK_CASES)} cases (uneven splits included); best_segments is the "
-                  f"argmin on {len(BEST_CASES)} chains, ties to the smallest k")
+    passed("3.2", f"segment_peak right on {len(peak_cases)} cases (uneven splits included); best_segments is the "
+                  f"argmin on {len(best_cases)} chains, ties to the smallest k")

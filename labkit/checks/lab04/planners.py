@@ -6,7 +6,7 @@ from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from labkit.checks.base import CheckFailure, need_callable, passed, remote
+from labkit.checks.base import CheckFailure, hidden, need_callable, passed, remote
 from labkit.checks.lab04 import hints as H
 from labkit.checks.lab04.common import call, expect_error, profiles, record
 from labkit.instruments.ops import OpRecord
@@ -70,12 +70,18 @@ def _bad_budgets(ex: str, fn: Callable[..., Any], ops: Sequence[OpRecord]) -> No
     expect_error(ex, "budget=1.5", TypeError, "1.5", H.BUDGET_CHECK, lambda: fn(ops, 1.5))
 
 
+def _hidden_profiles(ex: str) -> list[tuple[list[OpRecord], int]]:
+    """labkit grade: profiles drawn from a seed the student never saw (none in a notebook)."""
+    rng = hidden(ex)
+    return [] if rng is None else profiles(12, 9, seed=rng.randrange(2 ** 32))
+
+
 @remote
 def ex_4_2(greedy_keep: Callable[..., Any]) -> None:
     """Exercise 4.2: greedy_keep keeps what the checker's greedy keeps, on made-up profiles."""
     __tracebackhide__ = True
     need_callable("4.2", "greedy_keep", greedy_keep)
-    cases = profiles()
+    cases = profiles() + _hidden_profiles("4.2")
     for ops, budget in cases:
         what = f"greedy_keep({_label(ops, budget)})"
         got = _result("4.2", what, call("4.2", what, H.GREEDY_SPEC, greedy_keep, ops, budget), ops, H.GREEDY_SPEC,
@@ -96,7 +102,7 @@ def ex_4_3(knapsack_keep: Callable[..., Any]) -> None:
     need_callable("4.3", "knapsack_keep", knapsack_keep)
     # two dropouts where the best set without the suffix rule keeps the first and recomputes the second
     cases = [([record("native_dropout", 0, 128, 9e-3, random=True), record("add", 0, 64, 1e-3),
-               record("native_dropout", 1, 128, 1e-3, random=True)], 192), *profiles(seed=6)]
+               record("native_dropout", 1, 128, 1e-3, random=True)], 192), *profiles(seed=6), *_hidden_profiles("4.3")]
     for ops, budget in cases:
         what = f"knapsack_keep({_label(ops, budget)})"
         got = _result("4.3", what, call("4.3", what, H.KNAP_SPEC, knapsack_keep, ops, budget), ops, H.KNAP_SPEC,

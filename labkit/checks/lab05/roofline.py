@@ -91,7 +91,9 @@ def ex_5_2(price: Callable[..., Any]) -> None:
     need_callable("5.2", "price", price)
     ops = _traced()
     before = [astuple(r) for r in ops]
-    seconds_of = lambda r: 1e-6 * (len(r.key) + r.elements)  # noqa: E731  (differs from op to op)
+    rng = hidden("5.2")  # labkit grade: a cost model the student never saw
+    scale, offset = (1e-6, 0.0) if rng is None else (rng.uniform(1e-9, 1e-5), rng.uniform(0, 1e-4))
+    seconds_of = lambda r: scale * (len(r.key) + r.elements) + offset  # noqa: E731  (differs from op to op)
     with trap("5.2", "price(ops, seconds_of)", H.PRICE_SPEC):
         got = price(ops, seconds_of)
     if [astuple(r) for r in ops] != before:
