@@ -28,6 +28,7 @@ import pickle
 import resource
 import select
 import signal
+import site
 import sys
 import tempfile
 import threading
@@ -157,11 +158,18 @@ _CHANGES = {"os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.chmod", "os.ch
 _WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
+# What the box binds read-only, wherever it lies (a kit cloned under /tmp included): never the scratch pad.
+_KEPT = tuple(sorted({os.path.realpath(p) + "/" for p in (HERE.parents[3], sys.prefix, sys.base_prefix,
+                                                          sys.exec_prefix, *site.getsitepackages())}))
+
+
 def _outside_tmp(path: Any) -> bool:
+    """Whether `path` lies outside the box's own /tmp (links followed, the kit and Python's folders excluded)."""
     try:
-        return not os.path.abspath(os.fsdecode(path)).startswith("/tmp/")
-    except (TypeError, ValueError):
+        where = os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError, OSError):
         return False  # a file descriptor, or something that is not a path
+    return not where.startswith("/tmp/") or (where + "/").startswith(_KEPT)
 
 
 def _threads(tried: list[str]) -> None:
