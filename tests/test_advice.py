@@ -23,7 +23,7 @@ def test_decide_applies_the_rule_it_is_given_and_lab_06_s_by_default():
     s = _s(True, 60, none=(95, 0), full=(40, .45), sqrt_n=(55, .3))
     assert decide(s).scheme == "sqrt_n"  # labkit.labs.pitfalls.recommend: the reference in the kit
     assert decide(s, lambda s: "full").scheme == "full"
-    assert "full is predicted to fit" in decide(s, lambda s: "full").reasons[1]
+    assert "full fits (its peak, measured," in decide(s, lambda s: "full").reasons[1]
     with pytest.raises(ValueError, match="the rule returned 'half', not one of the situation's schemes"):
         decide(s, lambda s: "half")
     with pytest.raises(TypeError, match="must be a Situation"):

@@ -115,9 +115,20 @@ def recursive_fixed_checkpoint(layers, x, checkpoint=S.checkpoint):
     return S.checkpoint_recursive(layers, x)
 
 
+def recursive_inner_default(layers, x, checkpoint=S.checkpoint):
+    """The inner call drops the checkpoint passed in: the levels below the top use the default one."""
+    layers = list(layers)
+    if len(layers) == 1:
+        return layers[0](x)
+    mid = len(layers) // 2
+    x = checkpoint(lambda h: S.checkpoint_recursive(layers[:mid], h), x)
+    return recursive_inner_default(layers[mid:], x, checkpoint)
+
+
 @pytest.mark.parametrize("bug, keyword", [
     (recursive_ceil, "mid = len(layers) // 2"), (recursive_flat_first_half, "each half must recurse"),
     (recursive_fixed_checkpoint, "pass the checkpoint argument down"),
+    (recursive_inner_default, "pass the checkpoint argument down"),
 ])
 def test_ex_3_3_catches(bug, keyword):
     err = _fails(checks.ex_3_3, bug)

@@ -124,11 +124,18 @@ def test_ex_4_1_catches(bug, hint):
 
 
 # ---------------------------------------------------------------- 4.2
-def _greedy(order=-1, random_prefix=True, views=False, check=True):
+def _items(ops, views: bool, mutated: bool) -> list:
+    """The candidates, or (a planted bug) with views too, or as if no output were changed in place later."""
+    chosen = {r.key for r in S.candidates(ops)} if not mutated else \
+        {r.key for r in ops if r.output_bytes > 0 and not r.is_view}
+    return [r for r in ops if r.key in chosen or (views and r.is_view)]
+
+
+def _greedy(order=-1, random_prefix=True, views=False, check=True, mutated=False):
     def bug(ops, budget):
         if check:
             budget = S.check_budget(budget, "greedy_keep")
-        items = [r for r in ops if r.output_bytes > 0 or (views and r.is_view)]
+        items = _items(ops, views, mutated)
         keep = {r.key for r in items}
         for r in sorted(items, key=lambda r: order * S.keep_bytes(r) / r.seconds):
             if S.kept_bytes(ops, keep) <= budget:
@@ -143,7 +150,8 @@ def _greedy(order=-1, random_prefix=True, views=False, check=True):
 @pytest.mark.parametrize("bug, hint", [
     (_greedy(order=1), H.GREEDY_ORDER), (_greedy(random_prefix=False), H.GREEDY_RANDOM),
     (_greedy(views=True), H.GREEDY_CANDIDATES), (_greedy(check=False), H.BUDGET_CHECK),
-], ids=["ascending", "random-prefix", "views", "no-budget-check"])
+    (_greedy(mutated=True), H.GREEDY_CANDIDATES),
+], ids=["ascending", "random-prefix", "views", "no-budget-check", "keeps-a-buffer-changed-later"])
 def test_ex_4_2_catches(bug, hint):
     assert _fails(checks.ex_4_2, bug).hint == hint
 
@@ -177,10 +185,10 @@ def _fill_round_down(items, budget, most):
     return best[cap], keep
 
 
-def _knapsack(fill=S.fill, suffix=True, views=False):
+def _knapsack(fill=S.fill, suffix=True, views=False, mutated=False):
     def bug(ops, budget, most=4096):
         budget = S.check_budget(budget, "knapsack_keep")
-        items = [r for r in ops if r.output_bytes > 0 or (views and r.is_view)]
+        items = _items(ops, views, mutated)
         if not suffix:
             return frozenset(fill(items, budget, most)[1])
         rand = [r for r in items if r.random]
@@ -201,6 +209,7 @@ def _knapsack(fill=S.fill, suffix=True, views=False):
     (_knapsack(fill=_fill_round_down), H.KNAP_FITS), (lambda ops, budget, most=4096: S.greedy_keep(ops, budget),
                                                       H.KNAP_OPTIMAL),
     (_knapsack(suffix=False), H.KNAP_RANDOM), (_knapsack(views=True), H.KNAP_CANDIDATES),
-], ids=["rounds-down", "greedy", "no-suffix", "views"])
+    (_knapsack(mutated=True), H.KNAP_CANDIDATES),
+], ids=["rounds-down", "greedy", "no-suffix", "views", "keeps-a-buffer-changed-later"])
 def test_ex_4_3_catches(bug, hint):
     assert _fails(checks.ex_4_3, bug).hint == hint

@@ -4,7 +4,7 @@ the data checkers outside it.
 Fixture submissions are made by code from Lab 02's student notebook (answers taken from the solution by cell id).
 The first tests run nothing (rebuild, scan, program, the wire, files, rows, the CSV); the slow ones grade whole
 folders as an instructor would, in bubblewrap (`.ci/run` installs it): every lab solved, tampering, attacks from a
-red team (tests/grade_attacks.py), escapes tried as root, a poisoning attempt, broken submissions.
+red team (tests/test_grade_attacks.py), escapes tried as root, attacks on the checkers that run outside the box.
 """
 from __future__ import annotations
 
@@ -103,6 +103,20 @@ def test_deleted_cells_fall_back_to_the_pristine_stub_and_nbval_markers_are_drop
     assert cell_of(built.nb, "answer", "2.5").source == cell_of(nbformat.read(STUDENT, as_version=4), "answer", "2.5").source
     assert "NBVAL_SKIP" not in cell_of(built.nb, "answer", "2.1").source
     assert built.lost == {"2.5"}
+
+
+def test_one_pristine_notebook_rebuilds_each_student_apart():
+    """A Pristine serves a whole class: a student with no answer cells, rebuilt after one with every answer, gets
+    the stubs, never the previous student's answers."""
+    shared = pristine()
+    rebuild(answered(*EXERCISES), shared)
+    empty = answered(*EXERCISES)
+    empty.cells = [c for c in empty.cells if c.id not in shared.answers]
+    built = rebuild(empty, shared)
+    stubs = nbformat.read(STUDENT, as_version=4)
+    for ex in EXERCISES:
+        assert cell_of(built.nb, "answer", ex).source == cell_of(stubs, "answer", ex).source
+    assert built.lost == set(EXERCISES)
 
 
 def test_the_program_is_the_export_cells_with_the_answers_cut_to_their_definitions():
@@ -246,6 +260,42 @@ def test_the_wire_refuses_what_breaks_it(data):
         wire.decode(data)
 
 
+@pytest.mark.parametrize("data", [
+    {"int": "²"}, {"int": "--5"}, {"int": "١٢"},  # int() takes these; the wire takes ASCII digits only
+    {"tensor": ["qint8", [1], "AA=="]}, {"tensor": ["float8_e4m3fn", [1], "AA=="]},
+    {"set": [{"int": str(k * (2**61 - 1))} for k in range(1, 200)]},  # ints crafted to share a hash value
+    {"dict": [[k * (2**61 - 1), 0] for k in range(1, 200)]},
+])
+def test_the_wire_refuses_what_would_decode_wrong_or_take_quadratic_time(data):
+    with pytest.raises(wire.WireError):
+        wire.decode(data)
+
+
+def test_records_that_differ_hash_apart_so_a_large_set_decodes_in_linear_time():
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class P:
+        i: int
+
+    records = wire.decode(wire.encode({P(i) for i in range(5000)}))
+    assert len(records) == 5000 and len({hash(r) for r in records}) == 5000
+
+
+def test_the_judge_never_writes_the_box_s_word_into_the_checker_s_arguments_and_fails_a_change():
+    from labkit.course.grade import judge
+
+    t, ops = torch.arange(4.0), [1, 2, 3]
+    same = [wire.encode(t.clone()), wire.encode(list(ops))]
+    assert judge._changed((t, ops), same) is None
+    assert judge._changed((t, ops), [wire.encode(t[:0]), None]) == 0
+    assert judge._changed((t, ops), [None, wire.encode([])]) == 1
+    other = wire.encode([print])
+    other["list"][0]["opaque"][1] = "<built-in function at another address>"  # a repr the box makes otherwise
+    assert judge._changed((t, [print]), [None, other]) is None
+    assert torch.equal(t, torch.arange(4.0)) and ops == [1, 2, 3]  # the checker's own, as they were
+
+
 def test_a_kit_dataclass_its_own_checks_refuse_comes_back_as_a_wrong_value():
     from labkit.plans import Step
 
@@ -277,6 +327,17 @@ def test_only_regular_files_are_graded_under_names_from_their_paths(tmp_path):
         files.read_text(folder / "mallory.ipynb")
 
 
+def test_every_student_name_is_unique_per_lab_even_against_names_that_look_made_up(tmp_path):
+    folder = tmp_path / "class"
+    for name in ("alice.ipynb", "alice/02_recompute.ipynb", "alice/03_sqrt_n.ipynb", "bob.ipynb", "x/bob.ipynb",
+                 "bob#2.ipynb", "carol/02_recompute.ipynb", "carol.ipynb"):
+        save(answered(), folder / name)
+    found = files.discover([folder], {"02_recompute", "03_sqrt_n"})
+    by_lab = [(r.student, r.path.name[:2] if r.path.stem in {"02_recompute", "03_sqrt_n"} else "") for r in found]
+    for i, (name, lab) in enumerate(by_lab):  # no two rows of one lab (or of a lab told by content) share a name
+        assert not any(n == name and (lab == l or "" in (lab, l)) for n, l in by_lab[:i]), by_lab
+
+
 # ---------------------------------------------------------------- rows and the gradebook
 def _outcome(status: str, message: str = "m") -> dict:
     return {"status": status, "message": message, "seconds": 1.0}
@@ -303,6 +364,18 @@ def test_the_csv_is_read_back_by_python_s_csv_module_and_runs_no_formula(tmp_pat
     assert back[0]["message"].endswith(report.CUT) and "\x00" not in back[0]["message"]
     whole = json.loads(out.with_suffix(".json").read_text())
     assert len(whole["rows"][0]["message"]) == 200_002
+
+
+def test_a_lone_surrogate_in_a_message_or_a_name_spoils_no_gradebook(tmp_path):
+    rows = [report.Row("ann\udcff", LAB, "2.1", "failed", "bad \ud800 byte"),
+            report.Row("bob", LAB, "2.1", "passed", "-" + "x" * 1000)]
+    out = tmp_path / "grades.csv"
+    report.write(rows, out, False, {"seed": 1})
+    with out.open(newline="", encoding="utf-8") as f:
+        back = list(csv.DictReader(f))
+    assert [r["student"] for r in back] == ["ann?", "bob"] and back[0]["message"] == "bad ? byte"
+    assert len(back[1]["message"]) == report.FIELD_CHARS  # the quote before a formula counts
+    assert json.loads(out.with_suffix(".json").read_text())["rows"][0]["message"] == "bad ? byte"
 
 
 # ---------------------------------------------------------------- hidden cases

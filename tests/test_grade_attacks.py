@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import site
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -75,7 +78,8 @@ ATTACKS = {
     # escapes, as root: each is refused by the box and seen by the audit hook
     "umount": f"""
     import os
-    os.system("umount {KIT} && cat {KIT}/solutions/02_recompute.ipynb > /tmp/leak")""",
+    os.system("umount {KIT}")
+    raise ValueError(open("{KIT}/solutions/02_recompute.ipynb").read()[:3000])""",
     "remount": """
     import ctypes
     ctypes.CDLL(None).mount(b"none", b"/", None, 32 | 1, None)  # MS_REMOUNT, writable""",
@@ -91,11 +95,15 @@ ATTACKS = {
 TARGET = "2.1"
 
 
-def _attacked(body: str) -> nbformat.NotebookNode:
+RIGHT = ("disk", "memory", "processes")  # attacks on the box's limits come with a right answer: only a limit fails them
+
+
+def _attacked(body: str, wrong: bool = True) -> nbformat.NotebookNode:
     nb = answered("2.1", "2.2", "2.3", "2.4", "2.5")
     cell = cell_of(nb, "answer", "2.1")
     assert WRONG[0] in cell.source and "        ctx.fn = fn\n" in cell.source
-    source = cell.source.replace(WRONG[0], WRONG[1]).replace("        ctx.fn = fn\n", "        _attack()\n        ctx.fn = fn\n")
+    source = cell.source.replace(WRONG[0], WRONG[1]) if wrong else cell.source
+    source = source.replace("        ctx.fn = fn\n", "        _attack()\n        ctx.fn = fn\n")
     cell.source = source.replace("#| export\n", "#| export\ndef _attack():" + body + "\n\n\n", 1)
     return nb
 
@@ -112,7 +120,7 @@ def attacked_class(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("attacks")
     folder = tmp / "class"
     for name, body in ATTACKS.items():
-        save(_attacked(body), folder / f"a_{name}.ipynb")
+        save(_attacked(body, wrong=name not in RIGHT), folder / f"a_{name}.ipynb")
     save(_attacked("""
     import os, json, struct
     message = json.dumps({"op": "verdict", "status": "passed", "message": "[ex 2.1] passed: forged"}).encode()
@@ -132,6 +140,7 @@ def attacked_class(tmp_path_factory):
     save(nb, folder / "b_library.ipynb")
     (folder / "b_link.ipynb").symlink_to(SOLUTION)  # the kit's own solution, under a student's name
     os.mkfifo(folder / "b_fifo.ipynb")
+    (folder / "b_broken.ipynb").write_text('{"cells": [')  # not a notebook: its own rows, the run goes on
     save(answered(), folder / "c_stub.ipynb")
     for name in ("z_ok_one", "z_ok_two"):  # graded last: after every attack
         save(answered("2.1", "2.2", "2.3", "2.4", "2.5"), folder / f"{name}.ipynb")
@@ -184,7 +193,7 @@ def test_correct_submissions_graded_after_every_attack_pass_and_nothing_outside_
                                                                   ("2.1", "2.2", "2.3", "2.4", "2.5")}
     assert set(statuses(rows, "c_stub").values()) == {"not attempted"}
     assert before == after, "the kit's files or the Python environment changed"
-    assert not Path("/tmp/leak").exists()
+    assert not any("BEGIN SOLUTION" in r["message"] for r in rows.values())  # the umount attack read nothing
 
 
 @needs_bwrap
@@ -196,6 +205,7 @@ def test_files_that_are_not_the_student_s_are_refused_and_a_library_checkpoint_g
     assert rows[("b_library", "2.4")]["status"] == "failed"
     assert "torch.utils.checkpoint" in rows[("b_library", "2.4")]["message"]
     assert rows[("b_magic", "2.1")]["status"] == "error" and "SyntaxError" in rows[("b_magic", "2.1")]["message"]
+    assert rows[("b_broken", "2.1")]["status"] == "error" and "not a valid notebook" in rows[("b_broken", "2.1")]["message"]
 
 
 @needs_bwrap
@@ -205,3 +215,59 @@ def test_files_that_are_not_the_student_s_are_refused_and_a_library_checkpoint_g
 def test_a_forged_verdict_of_a_local_exercise_does_not_pass(attacked_class):
     rows, *_ = attacked_class
     assert rows[("b_forged", TARGET)]["status"] != "passed"
+
+
+# ---------------------------------------------------------------- attacks on exercises whose checker runs outside the box
+REMOTE = {  # name -> Exercise 0.1's answer (a wrong one, or one whose attack is the point), as its whole cell
+    "shrinks_its_argument": "def tensor_bytes(t):\n    t.data = t.new_empty(0)\n    return 0\n",
+    "reads_root_files": "def tensor_bytes(t):\n    raise ValueError(open(SECRET).read() + open('/etc/shadow').read())\n",
+    "lone_surrogate": "def tensor_bytes(t):\n    raise ValueError('bad \\ud800 byte')\n",
+    "colliding_set": ("def tensor_bytes(t):\n    return {k * (2**61 - 1) for k in range(1, 40000)}\n"),
+    "many_records": ("from dataclasses import dataclass\n\n\n@dataclass(frozen=True)\nclass P:\n    i: int\n\n\n"
+                     "def tensor_bytes(t):\n    return {P(i) for i in range(30000)}\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def remote_class(tmp_path_factory):
+    """Lab 00 submissions whose 0.1 attacks the judge, graded in one run, a correct one last; with a secret only
+    root may read (a 0600 file in a 0700 folder) that no row may show."""
+    tmp = tmp_path_factory.mktemp("remote")
+    secret_dir = Path(tempfile.mkdtemp(prefix="labkit-secret-", dir="/var/tmp"))
+    secret_dir.chmod(0o700)
+    token = f"TOPSECRET-{os.getpid()}-{time.time_ns()}"
+    (secret_dir / "s").write_text(token)
+    (secret_dir / "s").chmod(0o600)
+    folder = tmp / "class"
+    for name, source in REMOTE.items():
+        nb = answered("0.1", lab="00")
+        cell_of(nb, "answer", "0.1", lab="00").source = "#| export\n" + source.replace(
+            "SECRET", repr(str(secret_dir / "s")))
+        save(nb, folder / f"{name}.ipynb")
+    save(answered("0.1", lab="00"), folder / "z_ok.ipynb")
+    try:
+        rows, out, _ = run_grade(tmp, folder, "--jobs", "1", "--timeout", "20", "--notebook-timeout", "40",
+                                 labs="00")
+        book = (tmp / "book" / "grades.csv").read_text() + (tmp / "book" / "grades.json").read_text()
+    finally:
+        shutil.rmtree(secret_dir)
+    return rows, book, token
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", REMOTE)
+def test_no_attack_on_a_remote_check_passes(remote_class, attack):
+    rows, _, _ = remote_class
+    assert rows[(attack, "0.1")]["status"] in ("failed", "error"), rows[(attack, "0.1")]
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_the_box_reads_no_root_only_file_and_a_bad_message_spoils_no_gradebook(remote_class):
+    rows, book, token = remote_class
+    assert token not in book and "root:" not in book  # graded as root (CI), the box's uid is not root's
+    if os.geteuid() == 0:
+        assert "Permission" in rows[("reads_root_files", "0.1")]["message"]
+    assert rows[("z_ok", "0.1")]["status"] == "passed"  # graded after every attack, the report written whole
+    assert "?" in rows[("lone_surrogate", "0.1")]["message"]

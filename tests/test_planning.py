@@ -296,14 +296,27 @@ class Pair(nn.Module):
         return self.mlp(x), x
 
 
-def test_blocks_whose_backwards_cannot_be_told_apart_are_refused_not_guessed():
-    # counting every block's backward beside the step's whole peak (lab 03's model) under-counts full
-    # recomputation by the gradients made before block 0's backward: refused instead, saying why
-    model = nn.Module()
-    model.blocks = nn.ModuleList(Pair() for _ in range(3))
-    model.forward = lambda x: model.blocks[2](model.blocks[1](model.blocks[0](x)[0])[0])[0]
-    with pytest.raises(ValueError, match=r"cannot tell the blocks' backwards apart \(no gradient reached block 0's "
-                                         r"output\)"):
+class PairChain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Pair() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks[2](self.blocks[1](self.blocks[0](x)[0])[0])[0]
+
+
+def test_blocks_that_return_more_than_a_tensor_are_refused_not_guessed():
+    # counting every block's backward beside the step's whole peak (lab 03's model) would under-count full
+    # recomputation by the gradients made before block 0's backward, whose output gets none: refused, saying why
+    with pytest.raises(ValueError, match=r"block blocks\.0 \(Pair\) returns tuple, not one tensor"):
+        profile_model(PairChain(), torch.randn(8, 64), lambda out: out.square().mean(), repeats=1)
+
+
+def test_a_model_whose_forward_runs_other_blocks_than_its_own_is_refused():
+    model = nn.Module()  # a forward set on the instance is not copied with it: the copy would run the original's
+    model.blocks = nn.ModuleList(_mlp(64, 256) for _ in range(2))
+    model.forward = lambda x: model.blocks[1](model.blocks[0](x))
+    with pytest.raises(ValueError, match=r"block blocks\.0 \(Sequential\) was never called by the model's forward"):
         profile_model(model, torch.randn(8, 64), lambda out: out.square().mean(), repeats=1)
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import labkit.reference.capstone as C
 from labkit.checks.lab07.planner import every_plan  # the checker's enumeration of every plan
 from labkit.plans import (
-    KEEP, OFFLOAD, SELECTIVE, BlockCosts, Option, Profile, Step, check_plan, peak_of, seconds_of,
+    KEEP, OFFLOAD, SELECTIVE, BlockCosts, Option, Profile, Step, check_plan, peak_of, scheme_plan, seconds_of,
 )
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -109,8 +109,8 @@ def test_the_plan_fits_and_is_no_costlier_than_any_plan_brute_force_fits_within_
 @SETTINGS
 def test_least_budget_is_the_least_budget_the_planner_accepts(profile, most):
     least = C.least_budget(profile, most)
-    assert C.plan_blocks(profile, least, most) is not None
-    assert least == 1 or C.plan_blocks(profile, least - 1, most) is None
+    assert C.best_plan(profile, least, most) is not None
+    assert least == 1 or C.best_plan(profile, least - 1, most) is None
     lowest = max(1, min(p for p, _ in priced(profile)))  # the least peak of any plan
     assert lowest <= least <= lowest + slack(profile, most)
     if slack(profile, most) == 0:
@@ -134,14 +134,16 @@ def test_plan_for_is_plan_blocks_or_a_value_error_naming_the_least_budget(profil
 
 def test_a_coarse_unit_refuses_budgets_brute_force_fits_by_more_than_one_unit_within_the_bound():
     # four blocks of 101 B kept and a 1 B input: 408 B in at most 8 units makes units of 51 B, 101 B rounds up
-    # to 102 and 1 B to 51; recomputing each block alone peaks at 3 + 101 B, counted as 255 B, and the least the
-    # planner accepts is 204 B (4 units: blocks 0-1 as one segment, 2 and 3 alone, a true peak of 202 B)
+    # to 102 and 1 B to 51; recomputing each block alone peaks at 3 + 101 B, counted as 255 B, and the least
+    # plan_blocks accepts is 204 B (4 units: blocks 0-1 as one segment, 2 and 3 alone, a true peak of 202 B).
+    # best_plan checks the fixed schemes to the byte: full recomputation fits at its own peak, 104 B
     profile = Profile(tuple(BlockCosts(101, 1, 1.0) for _ in range(4)), 0, 0, 1.0)
     assert C._units(profile, 8) == unit_of(profile, 8)[0] == 51 and not unit_of(profile, 8)[1]
     lowest = min(p for p, _ in priced(profile))
     assert lowest == 104
-    least = C.least_budget(profile, 8)
-    assert least == 204 > lowest + 51 and least <= lowest + slack(profile, 8)
+    assert C.plan_blocks(profile, 203, 8) is None and C.plan_blocks(profile, 204, 8) is not None
     assert C.plan_blocks(profile, lowest + 51, 8) is None and C.plan_blocks(profile, 2**20, 8) == [
         Step(i, i + 1, KEEP) for i in range(4)]
+    assert C.least_budget(profile, 8) == lowest
+    assert C.best_plan(profile, lowest, 8) == scheme_plan("full", 4)
     assert C.least_budget(profile) == lowest  # the default most: an exact unit of 1 B

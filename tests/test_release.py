@@ -41,6 +41,20 @@ def test_a_later_lab_alone_ships_the_earlier_answers_but_not_its_own(tmp_path):
         release.write(ROOT, tmp_path / "b", ["03"])
 
 
+def test_a_bundle_ships_no_compiled_answers(tmp_path):
+    """Python caches what it imports as __pycache__/*.pyc: an answer due, compiled in the kit, must not ship."""
+    cache = ROOT / "labkit" / "reference" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    planted = cache / "sqrt_n.cpython-311.planted.pyc"
+    planted.write_bytes(b"compiled answers")
+    try:
+        release.write(ROOT, tmp_path / "b", ["03"])
+    finally:
+        planted.unlink()
+    shipped = [p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*")]
+    assert not [p for p in shipped if p.suffix == ".pyc" or "__pycache__" in p.parts], shipped[:5]
+
+
 def test_student_notebooks_name_no_reference_file():
     for path in [lab.student(ROOT) for lab in CATALOG]:
         text = path.read_text()

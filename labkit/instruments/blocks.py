@@ -11,23 +11,70 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from labkit.instruments.tensors import check_callable
 
-__all__ = ["blocks_of", "patched", "wrapped", "wrap_blocks"]
+__all__ = ["blocks_of", "block_inputs", "patched", "wrapped", "wrap_blocks"]
 
 _CLASS = object()  # the module had no forward of its own: its class's runs
 
 
 def blocks_of(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(fqn, module) of each block of `model`: the items of its `blocks` (or `layers`) list."""
+    """(fqn, module) of each block of `model`: the items of its `blocks` (or `layers`) list, each named as
+    model.named_modules() names it (the name the ledger attributes its bytes to: a block reached by two paths,
+    say `net.blocks.0` and `blocks.0` through a wrapper, has the first)."""
     for name in ("blocks", "layers"):
         found = getattr(model, name, None)
         if isinstance(found, (nn.ModuleList, nn.Sequential)) and len(found):
-            return [(f"{name}.{i}", m) for i, m in enumerate(found)]
+            names = {id(m): fqn for fqn, m in model.named_modules()}
+            missing = [i for i, m in enumerate(found) if id(m) not in names]
+            if missing:  # an attribute not registered as a submodule (set through object.__setattr__, say)
+                raise ValueError(f"{type(model).__name__}.{name}[{missing[0]}] is not a submodule of the model: "
+                                 "its bytes could not be attributed to it; register the blocks as submodules")
+            return [(names[id(m)], m) for m in found]
     raise ValueError(f"{type(model).__name__} has no blocks: a scheme applied per block needs a model with a "
                      "non-empty `blocks` (nn.ModuleList) or `layers` (nn.Sequential) of blocks")
+
+
+ONE_TENSOR = ("a per-block plan runs each block as block(h) -> h: wrap each in a module whose forward takes the "
+              "hidden state alone and returns it alone (for a Hugging Face block: `return self.block(h)[0]`, with "
+              "the cache off), and expose those as the model's `blocks`")
+
+
+def block_inputs(model: nn.Module, run: Callable[[], Any], who: str) -> list[torch.Tensor]:
+    """The input (detached) of each block of `model` during run(), checked to be what a per-block scheme can
+    run: each block called, first with one tensor and nothing else, returning one tensor. Anything else is a
+    ValueError naming the block and what it was called with (ONE_TENSOR says how to make it fit)."""
+    blocks = blocks_of(model)
+    seen: dict[int, tuple[tuple[Any, ...], dict[str, Any], Any]] = {}
+
+    def hook(i: int) -> Callable[..., None]:
+        def record(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+            seen.setdefault(i, (args, kwargs, out))
+        return record
+
+    handles = [m.register_forward_hook(hook(i), with_kwargs=True) for i, (_, m) in enumerate(blocks)]
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    inputs = []
+    for i, (fqn, m) in enumerate(blocks):
+        if i not in seen:
+            raise ValueError(f"{who}: block {fqn} ({type(m).__name__}) was never called by the model's forward")
+        args, kwargs, out = seen[i]
+        kinds = ", ".join([type(a).__name__ for a in args] + [f"{k}={type(v).__name__}" for k, v in kwargs.items()])
+        if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
+            raise ValueError(f"{who}: block {fqn} ({type(m).__name__}) is called with ({kinds}), not one tensor; "
+                             + ONE_TENSOR)
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"{who}: block {fqn} ({type(m).__name__}) returns {type(out).__name__}, not one tensor; "
+                             + ONE_TENSOR)
+        inputs.append(args[0].detach())
+    return inputs
 
 
 @contextlib.contextmanager

@@ -9,7 +9,8 @@ a set of keys is a policy both labkit's and PyTorch's selective checkpoints can 
 Per op: the innermost module; FLOPs by PyTorch's own formulas (``torch.utils.flop_counter``; 0 for ops it
 does not count, such as softmax or GELU); the bytes of its distinct input and output storages (the fewest
 bytes it must read and write); the bytes of the new storages it creates (what keeping its output costs;
-0 for a view or an in-place op); and, with ``time=True``, the median seconds of replaying the op alone on
+0 for a view or an in-place op); whether a later op writes into its output (``mutated``: then keeping it
+would keep a buffer that changes); and, with ``time=True``, the median seconds of replaying the op alone on
 copies of its arguments (labkit.instruments.timing's rules), right after it runs: the copies of one op at a time
 are all the trace adds to the forward's own memory.
 """
@@ -50,6 +51,8 @@ class OpRecord:
     random: bool  # it draws from a random generator (dropout, bernoulli, ...)
     seconds: float | None  # median seconds of replaying it alone; None when not timed
     is_output: bool = False  # it made (a storage of) the traced function's output, which its caller keeps anyway
+    mutated: bool = False  # a later op of the trace writes into its output (nn.Dropout's mask: empty_like, then
+    # bernoulli_ into it): keeping that output would keep a buffer that changes after it is kept
 
     @property
     def intensity(self) -> float:
@@ -84,6 +87,20 @@ class _Tracer(TorchDispatchMode):
         self.devices = devices  # CUDA devices whose generators a random op's replays must leave as they were
         self.calls: list[dict[str, Any]] = []  # each call's record fields
         self.counts: dict[str, int] = {}
+        self.made: dict[int, tuple[weakref.ref[torch.UntypedStorage], int]] = {}  # a fresh storage -> its call
+
+    def _written(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Mark mutated the earlier calls whose fresh storages this in-place op writes into (an argument its
+        schema says it writes: `self` of add_, `out` of an out= overload)."""
+        schema = func._schema
+        named = {**{a.name: v for a, v in zip(schema.arguments, args)}, **kwargs}
+        for a in schema.arguments:
+            if a.alias_info is not None and a.alias_info.is_write:
+                for st in tensor_storages(named.get(a.name)):
+                    ref, call = self.made.get(st._cdata, (None, -1))
+                    alive = ref() if ref is not None else None  # alive: that storage, not a later one at its address
+                    if alive is not None and alive._cdata == st._cdata:
+                        self.calls[call]["mutated"] = True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -100,6 +117,8 @@ class _Tracer(TorchDispatchMode):
         schema = getattr(func, "_schema", None)
         aliases = schema is not None and any(r.alias_info is not None for r in schema.returns)
         in_place = schema is not None and schema.is_mutable
+        if in_place:
+            self._written(func, args, kwargs)
         counter = flop_registry.get(getattr(func, "overloadpacket", None))
         flops = int(counter(*args, **kwargs, out_val=out)) if counter is not None else 0
         elements = sum(t.numel() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
@@ -108,7 +127,8 @@ class _Tracer(TorchDispatchMode):
         fields = dict(key=op_key(name, count), op=name, module=self.modules[-1] if self.modules else "",
                       flops=flops, bytes_moved=_nbytes(inputs) + _nbytes(fresh), output_bytes=_nbytes(fresh),
                       elements=elements, is_view=aliases and not in_place, in_place=in_place, random=is_random(func),
-                      _fresh=[weakref.ref(st) for st in fresh])  # weak: the trace keeps no more than the forward
+                      mutated=False, _fresh=[weakref.ref(st) for st in fresh])  # weak: the trace keeps no more
+        self.made.update({st._cdata: (ref, len(self.calls)) for st, ref in zip(fresh, fields["_fresh"])})
         if copies is not None:
             a, kw = copies
             # a random op's replays draw numbers: they leave the generators as the forward left them

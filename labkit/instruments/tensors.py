@@ -53,9 +53,11 @@ def cuda_devices(*trees: Any) -> list[int]:
 
 
 def inputs_of(modules: list[nn.Module], run: Any) -> list[tuple[Any, ...]]:
-    """The positional arguments (detached) each of `modules` was called with during run() (its first call)."""
+    """The positional arguments each of `modules` was called with during run() (its first call), the tensors
+    detached."""
     seen: dict[int, tuple[Any, ...]] = {}
-    hooks = [m.register_forward_pre_hook(lambda m, a, i=i: seen.setdefault(i, tuple(t.detach() for t in a)))
+    detached = lambda a: tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in a)  # noqa: E731
+    hooks = [m.register_forward_pre_hook(lambda m, a, i=i: seen.setdefault(i, detached(a)))
              for i, m in enumerate(modules)]
     try:
         run()

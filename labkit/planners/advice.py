@@ -12,7 +12,10 @@ predicts the peak and the extra step time of each scheme the labs built:
   fused q|k|v) stays, and its forward runs again.
 
 Bytes are from labkit's ledger (saved tensors per module) and meter; times are medians of the blocks' and the
-core's forwards, over the plain step's median. ``decide(situation, rule)`` then applies a rule, lab 06's
+core's forwards, over the plain step's median. A prediction from those sums misses what a checkpoint holds
+beyond them (a few percent), so each predicted scheme is then run for one step (``scheme``, on the copy) and its
+peak measured: ``SchemeCost.peak_bytes`` is that measured peak, which a recommendation holds to when run, and
+``predicted_bytes`` the prediction beside it. ``decide(situation, rule)`` then applies a rule, lab 06's
 Exercise 6.3 (``recommend``: the reference answer in the kit, the student's in a handed-out one, or the one
 given), and gives its reasons; ``advise`` does both. The rule itself is never written here.
 """
@@ -27,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from labkit.instruments.blocks import blocks_of, wrapped
+from labkit.instruments.blocks import block_inputs, blocks_of, wrapped
 from labkit.instruments.harness import Scheme, plain
 from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.tensors import inputs_of
@@ -66,7 +69,7 @@ def _reasons(s: Situation, choice: str | None) -> tuple[str, ...]:
                 "every recomputed FLOP would be paid in step time",)
     if choice is None:
         least = min(s.schemes.items(), key=lambda kv: kv[1].peak_bytes)
-        return (f"no scheme fits: the lowest predicted peak is {mib(least[1].peak_bytes)} ({least[0]}), over the "
+        return (f"no scheme fits: the lowest peak, measured, is {mib(least[1].peak_bytes)} ({least[0]}), over the "
                 f"budget of {mib(s.budget)}",
                 f"parameters, gradients and optimizer state take {mib(s.state_bytes)} "
                 f"({s.state_bytes / none.peak_bytes:.0%} of the peak) and activations "
@@ -76,7 +79,8 @@ def _reasons(s: Situation, choice: str | None) -> tuple[str, ...]:
     others = [n for n, c in s.schemes.items() if n not in ("none", choice) and c.peak_bytes <= s.budget]
     return (f"the plain step's peak, {mib(none.peak_bytes)}, is over the budget of {mib(s.budget)}; activations are "
             f"{s.activation_share:.0%} of it",
-            f"{choice} is predicted to fit ({mib(chosen.peak_bytes)}) at {chosen.overhead:+.0%} step time" +
+            f"{choice} fits (its peak, measured, {mib(chosen.peak_bytes)}) at {chosen.overhead:+.0%} step time "
+            "(predicted)" +
             (f", the least of those that fit ({', '.join(others)} cost more)" if others else ", the only one that fits"))
 
 
@@ -161,10 +165,10 @@ def _measure(model: nn.Module, x: torch.Tensor, budget: int, training: bool,
     act = [saved_under(saved, fqn) for fqn in names]
     cores = [getattr(getattr(m, "attn", None), "core", None) for _, m in blocks]
     selective = all(isinstance(c, nn.Module) for c in cores)
-    seen = inputs_of([m for _, m in blocks] + (cores if selective else []), lambda: model(x))
-    ins, core_ins = seen[:len(blocks)], seen[len(blocks):]
+    ins = block_inputs(model, lambda: model(x), "situation")  # each block h -> h, or refused by name
+    core_ins = inputs_of(cores, lambda: model(x)) if selective else []
     in_bytes = [nbytes(a) for a in ins]
-    t_fwd = [forward_seconds(m, a, repeats) for (_, m), a in zip(blocks, ins)]
+    t_fwd = [forward_seconds(m, (a,), repeats) for (_, m), a in zip(blocks, ins)]
     peak, n = meter.peak, len(blocks)
     schemes = {"none": SchemeCost(peak, 0.0),
                "full": SchemeCost(peak - sum(act) + sum(in_bytes) + max(act), sum(t_fwd) / t_step)}
@@ -180,7 +184,21 @@ def _measure(model: nn.Module, x: torch.Tensor, budget: int, training: bool,
         t_core = [forward_seconds(c, a, repeats) for c, a in zip(cores, core_ins)]
         schemes["selective"] = SchemeCost(peak - sum(core_act) + sum(nbytes(a) for a in core_ins) + max(core_act),
                                           sum(t_core) / t_step)
-    return Situation(True, budget, state, total, schemes)
+    run = {name: scheme(name) for name in schemes if name != "none"}
+    measured = {"none": peak, **{name: _peak_under(model, opt, x, loss_fn, f) for name, f in run.items()}}
+    return Situation(True, budget, state, total, {name: SchemeCost(measured[name], c.overhead, c.peak_bytes)
+                                                  for name, c in schemes.items()})
+
+
+def _peak_under(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor],
+                run: Scheme) -> int:
+    """The meter's peak of one steady training step (gradients and the optimizer's state made before) with the
+    forward run as run(model, x)."""
+    with MemoryMeter(model, opt, x) as meter:
+        opt.zero_grad(set_to_none=True)
+        loss_fn(run(model, x)).backward()
+        opt.step()
+    return meter.peak
 
 
 def decide(s: Situation, rule: Rule | None = None) -> Advice:

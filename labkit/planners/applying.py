@@ -44,11 +44,25 @@ def applied(model: nn.Module, plan: Sequence[Step]) -> Iterator[None]:
             ways.append((block, lambda h, run=run: checkpoint_hooks(run, h)))
             ways += [(blocks[i], lambda h: h) for i in range(s.start + 1, s.stop)]  # run by the segment's checkpoint
         elif s.how == SELECTIVE:
-            ways.append((block, lambda h, f=f, block=block: selective(selective_keep(block, h, f))(f, h)))
+            ways.append((block, _selectively(block, f)))
         elif s.how == OFFLOAD:
             ways.append((block, lambda h, f=f: offloaded(f, h)))
     with patched(ways):
         yield
+
+
+def _selectively(block: nn.Module, forward: Callable[..., Any]) -> Callable[[torch.Tensor], Any]:
+    """block's forward under PyTorch's selective checkpoint with lab 04's policy, traced from this block at the
+    first input of each shape, dtype, device and mode it meets (while one `applied` lasts: a block changed in
+    between is traced again in the next)."""
+    policies: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    def run(h: torch.Tensor) -> Any:
+        key = (tuple(h.shape), h.dtype, h.device, block.training, torch.is_grad_enabled())
+        if key not in policies:
+            policies[key] = selective(selective_keep(block, h, forward))
+        return policies[key](forward, h)
+    return run
 
 
 def measure_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,

@@ -14,16 +14,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.instruments.blocks import blocks_of
+from labkit.instruments.blocks import block_inputs, blocks_of
 from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.ops import trace
 from labkit.instruments.roofline import measure_host_bandwidth
-from labkit.instruments.tensors import cuda_devices, inputs_of
+from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import compare
 from labkit.planners.measuring import (
     forward_seconds, nbytes, saved_by, saved_under, step_seconds, train_step, working_copy,
 )
-from labkit.planners.ways import offloaded, selective, selective_keep
+from labkit.planners.ways import offloaded, policy_of, selective
 from labkit.plans.plan import OFFLOAD, SELECTIVE, BlockCosts, Option, Profile
 
 __all__ = ["profile_model"]
@@ -36,7 +36,7 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
 
     act: the ledger's saved bytes under each block; inp: its input's bytes; fwd: its forward's median
     seconds. selective: keeps the input and, by lab 04's trace, every op output outside core attention
-    (``selective_keep``, ``kept_bytes``); while its backward runs it holds act and what PyTorch's selective
+    (``policy_of``, ``kept_bytes``); while its backward runs it holds act and what PyTorch's selective
     checkpoint has alive beyond a plain backward (the meter, on the block alone); costs what a forward and
     backward of the block take longer under that checkpoint than plainly (alternating runs: the recomputation
     and the policy's bookkeeping). offload (CUDA only): keeps its input's bytes on the device (a selective block
@@ -64,12 +64,12 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     opt = torch.optim.Adam(model.parameters())
     step = train_step(model, opt, x, loss_fn)
     step()  # gradients and Adam's state exist from here on
+    ins = block_inputs(model, lambda: model(x), "profile_model")  # each block h -> h, or refused by name
     windows, top, fixed = _moments(model, opt, x, step)
     t_step = step_seconds(step, x.device, repeats, warmup=0) if seconds_from is None else seconds_from.step
     saved, _ = saved_by(model, x, loss_fn)
     blocks = blocks_of(model)
     act = [saved_under(saved, fqn) for fqn, _ in blocks]
-    ins = [args[0] for args in inputs_of([m for _, m in blocks], lambda: model(x))]
     # offload's price: a device -> pinned host -> device round trip per byte, measured
     per_byte = 2 / measure_host_bandwidth(x.device, mib=16) if x.is_cuda and seconds_from is None else None
     if x.is_cuda and seconds_from is not None:
@@ -81,11 +81,11 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
         core = getattr(getattr(block, "attn", None), "core", None)
         if isinstance(core, nn.Module):
             ops = trace(block, h.requires_grad_(), model=block, time=False)
-            keep = selective_keep(block, h, who="profile_model")  # as `applied` runs it (lab 04's rule checked)
-            kept = min(a, nbytes(h) + kept_bytes(ops, keep))
+            keep = policy_of(ops, block, "profile_model")  # as `applied` traces it (lab 04's rule checked)
+            kept = nbytes(h) + kept_bytes(ops, keep)  # what the policy caches, beyond what a plain block saves too
             wrap = selective(keep)
             t = _extra_seconds(block, h, wrap, repeats) if given is None else given.options[SELECTIVE].seconds
-            options[SELECTIVE] = Option(kept, a + _extra_held(block, h, wrap), t)
+            options[SELECTIVE] = Option(kept, max(kept, a + _extra_held(block, h, wrap)), t)
         if per_byte is not None:  # its input may stay on the device: a selective block before it keeps its output
             t = a * per_byte if given is None else given.options[OFFLOAD].seconds
             options[OFFLOAD] = Option(nbytes(h), a + _extra_held(block, h, offloaded), t)

@@ -13,33 +13,32 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from labkit.instruments.ops import trace
+from labkit.instruments.ops import OpRecord, trace
 
-__all__ = ["selective_keep", "selective", "offloaded"]
+__all__ = ["policy_of", "selective_keep", "selective", "offloaded"]
 
-_POLICIES: dict[tuple[Any, ...], frozenset[str]] = {}  # (a kind of block, its input) -> lab 04's selective keep
+
+def policy_of(ops: list[OpRecord], block: nn.Module, who: str) -> frozenset[str]:
+    """Lab 04's selective policy (every candidate outside core attention kept) from `ops`, a trace of `block`'s
+    forward. A policy that would keep a random op before a recomputed one is refused: PyTorch's selective
+    checkpoint would then compute wrong gradients without an error (lab 04)."""
+    from labkit.labs.selective import random_ok, selective_keep as lab_keep  # lab 04
+
+    keep = lab_keep(ops)
+    if not random_ok(ops, keep):
+        raise ValueError(f"{who}: the selective policy for {type(block).__name__} keeps a random op that a "
+                         "recomputed one follows; PyTorch's selective checkpoint would be silently wrong")
+    return keep
 
 
 def selective_keep(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any] | None = None,
                    who: str = "applied") -> frozenset[str]:
-    """Lab 04's selective policy (every op output outside core attention kept) for `block` on input `x`, from a
-    trace of forward(x) (default the block's own; inside `applied`, the one it replaced): op keys count calls,
-    and which ops run can depend on the shapes, so the trace takes x's shape; once per kind of block (class,
-    parameters, mode) and input, so that entering `applied` stays cheap. A policy that would keep a random op
-    before a recomputed one is refused: PyTorch's selective checkpoint would then compute wrong gradients
-    without an error (lab 04)."""
-    from labkit.labs.selective import random_ok, selective_keep as lab_keep  # lab 04
-
-    key = (type(block), block.training, tuple(x.shape), x.dtype, x.device,
-           *((n, tuple(p.shape), p.dtype, p.device) for n, p in block.named_parameters()))
-    if key not in _POLICIES:
-        ops = trace(forward or block, x.detach().requires_grad_(x.is_floating_point()), model=block, time=False)
-        keep = lab_keep(ops)
-        if not random_ok(ops, keep):
-            raise ValueError(f"{who}: the selective policy for {type(block).__name__} keeps a random op that a "
-                             "recomputed one follows; PyTorch's selective checkpoint would be silently wrong")
-        _POLICIES[key] = keep
-    return _POLICIES[key]
+    """`policy_of` a trace of forward(x) (default the block's own; inside `applied`, the one it replaced): op
+    keys count calls, and which ops run depends on the block and its input, so the policy is traced from what
+    the block computes, at the input it runs on, each time it is asked for (`applied` asks once per block and
+    input while inside: nothing is kept beyond it)."""
+    ops = trace(forward or block, x.detach().requires_grad_(x.is_floating_point()), model=block, time=False)
+    return policy_of(ops, block, who)
 
 
 def selective(keep: frozenset[str]) -> Callable[..., Any]:

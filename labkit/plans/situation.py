@@ -1,4 +1,5 @@
-"""The advisor's situation: does the step train, the budget, and each scheme's predicted peak and overhead.
+"""The advisor's situation: does the step train, the budget, and each scheme's peak (measured, and as predicted)
+and overhead.
 
 Data only: ``labkit.planners.advice.situation`` measures a model to fill one in, and lab 06's Exercise 6.3
 (``recommend``) decides from it.
@@ -12,10 +13,12 @@ __all__ = ["SchemeCost", "Situation", "check_budget"]
 
 @dataclass(frozen=True)
 class SchemeCost:
-    """A scheme's predicted peak bytes of one training step, and its extra step time over the plain step's."""
+    """A scheme's peak bytes of one training step (measured: what a decision holds to), its extra step time over
+    the plain step's (predicted), and the peak as predicted from the plain step's figures (None: not predicted)."""
 
     peak_bytes: int
     overhead: float  # 0.3: the step takes 30% longer than without checkpointing
+    predicted_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -34,10 +37,12 @@ class Situation:
         return self.activation_bytes / self.schemes["none"].peak_bytes
 
     def __str__(self) -> str:
+        mib = lambda b: "" if b is None else f"{b / 2**20:,.1f}"  # noqa: E731
         lines = [f"budget {self.budget / 2**20:,.1f} MiB; activations {self.activation_share:.1%} of the plain peak",
-                 f"{'scheme':10} {'predicted peak MiB':>18} {'fits':>5} {'overhead':>9}"]
-        lines += [f"{name:10} {c.peak_bytes / 2**20:>18,.1f} {'yes' if c.peak_bytes <= self.budget else 'no':>5} "
-                  f"{c.overhead:>+9.0%}" for name, c in self.schemes.items()]
+                 f"{'scheme':10} {'peak MiB':>9} {'predicted':>10} {'fits':>5} {'overhead':>9}"]
+        lines += [f"{name:10} {mib(c.peak_bytes):>9} {mib(c.predicted_bytes):>10} "
+                  f"{'yes' if c.peak_bytes <= self.budget else 'no':>5} {c.overhead:>+9.0%}"
+                  for name, c in self.schemes.items()]
         return "\n".join(lines)
 
 

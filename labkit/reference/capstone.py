@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from labkit.plans import RECOMPUTE, Profile, Step, check_budget
+from labkit.plans import RECOMPUTE, SCHEMES, Profile, Step, check_budget, peak_of, scheme_plan, seconds_of
 
 
 # Exercise 7.1: the planner  (solutions/07_capstone.ipynb, cell c008)
@@ -83,25 +83,40 @@ def plan_blocks(profile: Profile, budget: int, most: int = 4096) -> list[Step] |
 
 
 # Given, section "Exercise 7.1: the planner"  (solutions/07_capstone.ipynb, cell c011)
+def fixed_plans(profile: Profile) -> list[list[Step]]:
+    """The fixed schemes of labs 02-04 (labkit.plans.SCHEMES) as plans of the profile's blocks, those it has."""
+    plans = [scheme_plan(name, len(profile.blocks)) for name in SCHEMES]
+    return [p for p in plans if all(s.how == RECOMPUTE or s.how in profile.blocks[s.start].ways() for s in p)]
+
+
+def best_plan(profile: Profile, budget: int, most: int = 4096) -> list[Step] | None:
+    """The faster of plan_blocks's plan and every fixed scheme whose peak_of fits `budget` (None if none fits):
+    plan_blocks counts in units, rounding bytes up, so it can lose a plan that fits to the byte (a scheme at its
+    own peak); a scheme is checked to the byte. A plan is never slower than a scheme that fits."""
+    found = [p for p in (plan_blocks(profile, budget, most),) if p is not None]
+    found += [p for p in fixed_plans(profile) if peak_of(p, profile) <= budget]
+    return min(found, key=lambda p: seconds_of(p, profile), default=None)  # a tie: plan_blocks's
+
+
 def least_budget(profile: Profile, most: int = 4096) -> int:
-    """The smallest budget plan_blocks finds a plan for: doubling until one fits (keeping every block does, once
+    """The smallest budget best_plan finds a plan for: doubling until one fits (keeping every block does, once
     the budget holds all it keeps), then bisection (fitting is monotone in the budget: the unit is fixed per
-    profile)."""
+    profile, and a scheme that fits a budget fits every larger one)."""
     low = high = max(profile.floor, profile.base, 1)
-    while plan_blocks(profile, high, most) is None:
+    while best_plan(profile, high, most) is None:
         low, high = high + 1, 2 * high
     while low < high:
         mid = (low + high) // 2
-        low, high = (low, mid) if plan_blocks(profile, mid, most) is not None else (mid + 1, high)
+        low, high = (low, mid) if best_plan(profile, mid, most) is not None else (mid + 1, high)
     return low
 
 
 def plan_for(profile: Profile, budget: int) -> list[Step]:
-    """plan_blocks(profile, budget), or a ValueError naming the least budget that fits."""
+    """best_plan(profile, budget), or a ValueError naming the least budget that fits."""
     if not isinstance(profile, Profile):
         raise TypeError(f"plan_for: profile must be a labkit.plans.Profile, got {type(profile).__name__}")
     budget = check_budget(budget, "plan_for")
-    plan = plan_blocks(profile, budget)
+    plan = best_plan(profile, budget)
     if plan is None:
         least = least_budget(profile)
         raise ValueError(f"plan_for: no plan fits budget={budget:,} B ({budget / 2**20:.2f} MiB); the least that "

@@ -128,9 +128,16 @@ def keep_bytes(r: OpRecord) -> int:
     return 0 if r.is_output else r.output_bytes
 
 
+def keepable(r: OpRecord) -> bool:
+    """r has an output of its own (views and in-place ops have none) that no later op changes in place."""
+    return r.output_bytes > 0 and not r.is_view and not r.mutated
+
+
 def candidates(ops: Sequence[OpRecord]) -> list[OpRecord]:
-    """The ops a planner may keep: those with an output of their own (views and in-place ops have none)."""
-    return [r for r in ops if r.output_bytes > 0 and not r.is_view]
+    """The ops a planner may keep: the keepable ones, less the random ops before a random op that is not
+    keepable (that one is always recomputed, so by random_ok every random op before it is too)."""
+    last = max((i for i, r in enumerate(ops) if r.random and not keepable(r)), default=-1)
+    return [r for i, r in enumerate(ops) if keepable(r) and not (r.random and i < last)]
 
 
 def random_ok(ops: Sequence[OpRecord], keep: Collection[str]) -> bool:

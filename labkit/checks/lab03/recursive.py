@@ -32,6 +32,21 @@ def expected_calls(n: int, split: Callable[[int], int] = lambda m: m // 2) -> li
     return counts
 
 
+def expected_starts(n: int) -> set[int]:
+    """The first layers of the segments the recursion checkpoints, at every level (the first half of each)."""
+    starts: set[int] = set()
+
+    def rec(lo: int, hi: int) -> None:
+        if hi - lo > 1:
+            mid = lo + (hi - lo) // 2
+            starts.add(lo)
+            rec(lo, mid)
+            rec(mid, hi)
+
+    rec(0, n)
+    return starts
+
+
 def ex_3_3(checkpoint_recursive: Callable[..., Any]) -> None:
     """Exercise 3.3: the recursion runs each layer as often as it should, and gradients are exact."""
     __tracebackhide__ = True
@@ -45,12 +60,13 @@ def ex_3_3(checkpoint_recursive: Callable[..., Any]) -> None:
             out = call("3.3", what, H.REC_SPEC, checkpoint_recursive, layers, x, record)
             call("3.3", f"{what}: backward", H.REC_SPEC, lambda: weighted(out).backward())
             calls = [layer.calls for layer in layers]
-            if n > 1 and not record.starts:
-                raise CheckFailure("3.3", f"{what}: calls of the checkpoint passed in", "some", 0, H.REC_ARG)
             if calls != expected_calls(n):
                 hint = H.REC_SPLIT if calls == expected_calls(n, lambda m: -(-m // 2)) else H.REC_CALLS
                 raise CheckFailure("3.3", f"{what}: forward calls of each layer in one step", expected_calls(n),
                                    calls, hint)
+            if set(record.starts) != expected_starts(n):  # every level checkpoints with the one passed in
+                raise CheckFailure("3.3", f"{what}: the first layers of the segments the checkpoint passed in saw",
+                                   sorted(expected_starts(n)), sorted(set(record.starts)), H.REC_ARG)
             if not same(want, grads(layers, x)):
                 raise CheckFailure("3.3", f"{what}: gradients", "bitwise equal to the plain chain's", "different",
                                    H.REC_SPEC)

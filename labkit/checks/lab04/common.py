@@ -52,15 +52,16 @@ class OpCounter(TorchDispatchMode):
 
 
 def record(name: str, count: int, out: int, seconds: float, view: bool = False, random: bool = False,
-           module: str = "", is_output: bool = False) -> OpRecord:
-    """A made-up OpRecord."""
+           module: str = "", is_output: bool = False, in_place: bool = False, mutated: bool = False) -> OpRecord:
+    """A made-up OpRecord (a view or an in-place op makes no bytes of its own)."""
     return OpRecord(key=op_key(name, count), op=name, module=module, flops=0, bytes_moved=2 * out,
-                    output_bytes=0 if view else out, elements=out // 4, is_view=view, in_place=False,
-                    random=random, is_output=is_output, seconds=seconds)
+                    output_bytes=0 if view or in_place else out, elements=out // 4, is_view=view,
+                    in_place=in_place, random=random, is_output=is_output, seconds=seconds, mutated=mutated)
 
 
 def profiles(n_cases: int = 30, most_items: int = 9, seed: int = 5) -> list[tuple[list[OpRecord], int]]:
-    """Made-up block profiles (views, random ops, ties) and budgets around what fits, from a fixed seed."""
+    """Made-up block profiles (views, random ops, ties, and nn.Dropout as a CPU runs it: a buffer from
+    empty_like filled in place by bernoulli_) and budgets around what fits, from a fixed seed."""
     rng = np.random.default_rng(seed)
     names = ("addmm", "gelu", "mul", "_softmax", "add", "native_layer_norm")
     out = []
@@ -69,14 +70,17 @@ def profiles(n_cases: int = 30, most_items: int = 9, seed: int = 5) -> list[tupl
         ops = []
         for _ in range(int(rng.integers(1, most_items + 1))):
             kind = rng.random()
-            name = "native_dropout" if kind < 0.2 else "view" if kind < 0.3 else str(rng.choice(names))
-            c = counts.get(name, 0)
-            counts[name] = c + 1
-            ops.append(record(name, c, 64 * int(rng.integers(1, 9)), float(rng.integers(1, 9)) * 1e-3,
-                              view=name == "view", random=name == "native_dropout"))
+            name = "native_dropout" if kind < 0.2 else "view" if kind < 0.3 else "empty_like" if kind < 0.38 \
+                else str(rng.choice(names))
+            for name in (name, "bernoulli_") if name == "empty_like" else (name,):
+                c = counts.get(name, 0)
+                counts[name] = c + 1
+                ops.append(record(name, c, 64 * int(rng.integers(1, 9)), float(rng.integers(1, 9)) * 1e-3,
+                                  view=name == "view", random=name in ("native_dropout", "bernoulli_"),
+                                  in_place=name == "bernoulli_", mutated=name == "empty_like"))
         if ops[-1].output_bytes and rng.random() < 0.5:  # the region's output: free to keep
             ops[-1] = replace(ops[-1], is_output=True)
-        total = sum(r.output_bytes for r in ops if not r.is_view and not r.is_output)
+        total = sum(r.output_bytes for r in ops if not r.is_view and not r.is_output and not r.mutated)
         out.append((ops, int(rng.integers(0, total + 2)) if total else 0))
     return out
 

@@ -22,7 +22,8 @@ GREEDY_ORDER = ("drop candidates in order of keep_bytes(r) / r.seconds, largest 
                 "and stop as soon as kept_bytes fits the budget")
 GREEDY_RANDOM = ("when you drop a random op, drop every random op before it too: recomputed random ops must come "
                  "before kept ones (random_ok)")
-GREEDY_CANDIDATES = "consider only candidates(ops): no views, no ops without an output of their own"
+GREEDY_CANDIDATES = ("consider only candidates(ops): no views, no ops without an output of their own or whose "
+                     "output a later op changes in place")
 BUDGET_CHECK = "start with check_budget(budget, ...): a negative budget is a ValueError, a non-int a TypeError"
 
 # ---------------------------------------------------------------- Exercise 4.3: knapsack
@@ -34,4 +35,5 @@ KNAP_OPTIMAL = ("the set fits but keeps fewer seconds than the best one: a 0/1 k
                 "capacities from high to low), then reads the choices back")
 KNAP_RANDOM = ("the kept random ops must be a suffix of them (random_ok): try each suffix, charge it to the "
                "budget, and fill the rest with the other candidates")
-KNAP_CANDIDATES = "choose among candidates(ops) only: no views, no ops without an output of their own"
+KNAP_CANDIDATES = ("choose among candidates(ops) only: no views, no ops without an output of their own or whose "
+                   "output a later op changes in place")

@@ -12,8 +12,14 @@ from labkit.checks.lab04.common import call, expect_error, profiles, record
 from labkit.instruments.ops import OpRecord
 
 
+def _keepable(r: OpRecord) -> bool:
+    return r.output_bytes > 0 and not r.is_view and not r.mutated
+
+
 def _candidates(ops: Sequence[OpRecord]) -> list[OpRecord]:
-    return [r for r in ops if r.output_bytes > 0 and not r.is_view]
+    """Lab 04's candidates, written again: keepable, and no random op before a random op that is not."""
+    never = [i for i, r in enumerate(ops) if r.random and not _keepable(r)]
+    return [r for i, r in enumerate(ops) if _keepable(r) and not (r.random and never and i < never[-1])]
 
 
 def _bytes(r: OpRecord) -> int:
@@ -49,7 +55,8 @@ def best_seconds(ops: Sequence[OpRecord], budget: int) -> float:
 
 
 def _label(ops: Sequence[OpRecord], budget: int) -> str:
-    shown = ", ".join(f"{r.key}{' (view)' if r.is_view else ' (output)' if r.is_output else ''}: "
+    shown = ", ".join(f"{r.key}{' (view)' if r.is_view else ' (output)' if r.is_output else ''}"
+                      f"{' (in place)' if r.in_place else ''}{' (changed later)' if r.mutated else ''}: "
                       f"{r.output_bytes} B {r.seconds * 1e3:g} ms" for r in ops)
     return f"[{shown}], budget={budget}"
 
@@ -81,7 +88,9 @@ def ex_4_2(greedy_keep: Callable[..., Any]) -> None:
     """Exercise 4.2: greedy_keep keeps what the checker's greedy keeps, on made-up profiles."""
     __tracebackhide__ = True
     need_callable("4.2", "greedy_keep", greedy_keep)
-    cases = profiles() + _hidden_profiles("4.2")
+    # dropping the second dropout first (the most bytes per second) must drop the first one too
+    cases = [([record("native_dropout", 0, 64, 9e-3, random=True), record("add", 0, 64, 1e-3),
+               record("native_dropout", 1, 128, 1e-3, random=True)], 128), *profiles(), *_hidden_profiles("4.2")]
     for ops, budget in cases:
         what = f"greedy_keep({_label(ops, budget)})"
         got = _result("4.2", what, call("4.2", what, H.GREEDY_SPEC, greedy_keep, ops, budget), ops, H.GREEDY_SPEC,
@@ -101,8 +110,12 @@ def ex_4_3(knapsack_keep: Callable[..., Any]) -> None:
     __tracebackhide__ = True
     need_callable("4.3", "knapsack_keep", knapsack_keep)
     # two dropouts where the best set without the suffix rule keeps the first and recomputes the second
+    # ... and nn.Dropout on a CPU after a kept-worthy dropout: bernoulli_, in place, is always recomputed
     cases = [([record("native_dropout", 0, 128, 9e-3, random=True), record("add", 0, 64, 1e-3),
-               record("native_dropout", 1, 128, 1e-3, random=True)], 192), *profiles(seed=6), *_hidden_profiles("4.3")]
+               record("native_dropout", 1, 128, 1e-3, random=True)], 192),
+             ([record("native_dropout", 0, 128, 9e-3, random=True), record("empty_like", 0, 64, 1e-3, mutated=True),
+               record("bernoulli_", 0, 0, 1e-3, random=True, in_place=True), record("mul", 0, 64, 1e-3)], 512),
+             *profiles(seed=6), *_hidden_profiles("4.3")]
     for ops, budget in cases:
         what = f"knapsack_keep({_label(ops, budget)})"
         got = _result("4.3", what, call("4.3", what, H.KNAP_SPEC, knapsack_keep, ops, budget), ops, H.KNAP_SPEC,

@@ -43,7 +43,7 @@ REC_INFERENCE = "a step that does not train (s.training is False) saves nothing 
 REC_FITS = "when the plain step's peak is within the budget, checkpointing only costs time: recommend \"none\""
 REC_EQUAL = "a peak equal to the budget fits (peak <= budget)"
 REC_LEAST = "of the schemes that fit, take the one with the least predicted overhead"
-REC_FIT_ONLY = "a scheme whose predicted peak is over the budget is no candidate, however cheap"
+REC_FIT_ONLY = "a scheme whose peak (peak_bytes) is over the budget is no candidate, however cheap"
 REC_NONE = ("when no scheme fits, return None: keeping everything (\"none\") does not fit either, and checkpointing "
             "cannot remove parameters, gradients or optimizer state")
-REC_TIE = "between schemes of equal overhead, take the one with the lower predicted peak"
+REC_TIE = "between schemes of equal overhead, take the one with the lower peak (peak_bytes)"

@@ -68,6 +68,12 @@ def _walk(folder: Path) -> list[Path]:
     return found
 
 
+def _clash(taken: set[str], lab: str) -> bool:
+    """A name taken for the labs `taken` cannot be given for `lab`: the same lab, or either known only from the
+    notebook's content ("")."""
+    return bool(taken) and (not lab or "" in taken or lab in taken)
+
+
 def discover(paths: list[Path], stems: set[str]) -> list[Returned]:
     """The files named (as given) and found below the folders named, each with a unique student name."""
     found: list[tuple[Path, Path | None]] = []
@@ -76,13 +82,17 @@ def discover(paths: list[Path], stems: set[str]) -> list[Returned]:
             found += [(p, path) for p in _walk(path)]
         else:
             found.append((path, None))
-    taken: dict[tuple[str, str], int] = {}
+    labs_of: dict[str, set[str]] = {}  # a name taken -> the labs it was taken for ("": a lab known from content only)
     returned = []
     for path, base in found:
         name = _name(path, base, stems)
         lab = path.name[:2] if path.stem in stems else ""
-        n = taken[(name, lab)] = taken.get((name, lab), 0) + 1
-        returned.append(Returned(path, name if n == 1 else f"{name}#{n}", _refusal(path)))
+        unique, n = name, 1
+        while _clash(labs_of.get(unique, set()), lab):  # "bob#2" may be a file's own name: the next free one
+            n += 1
+            unique = f"{name}#{n}"
+        labs_of.setdefault(unique, set()).add(lab)
+        returned.append(Returned(path, unique, _refusal(path)))
     return returned
 
 

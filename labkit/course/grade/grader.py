@@ -10,6 +10,7 @@ import json
 import os
 import queue
 import secrets
+import select
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from labkit.course.grade import files, report, sandbox
 from labkit.course.grade.rebuild import Pristine, match, program, rebuild
 from labkit.course.grade.report import Row
 
+JUDGE_MARGIN = 60.0  # seconds a judge may take beyond a notebook's limit (starting the box, decoding) before it is ended
 LIMITS = {"cell_timeout": 60.0, "notebook_timeout": 300.0, "memory_gib": 4.0, "profile": "tiny", "processes": 64}
 
 
@@ -38,12 +40,23 @@ class JudgeProcess:
 
     def __init__(self, slot: int) -> None:
         self.slot = slot
-        self.proc = subprocess.Popen([sys.executable, "-m", "labkit.course.grade.judge"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=dict(os.environ, LABKIT_PROFILE="tiny"))
+        self.proc = self._start()
 
-    def grade(self, request: dict) -> dict:
+    @staticmethod
+    def _start() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "labkit.course.grade.judge"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=dict(os.environ, LABKIT_PROFILE="tiny"))
+
+    def grade(self, request: dict, seconds: float) -> dict:
+        """The judge's answer to `request`; past `seconds` the judge (and with it its box) is ended and a fresh one
+        takes the slot, so that no submission holds the class's run, whatever the judge was doing."""
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
+        if not select.select([self.proc.stdout], [], [], seconds)[0]:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = self._start()
+            raise RuntimeError(f"its grading ran past {seconds:g} s (the notebook's limit and a margin)")
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the judge of slot {self.slot} stopped (status {self.proc.poll()})")
@@ -154,7 +167,7 @@ class Grader:
         judge = self.judges.get()
         try:
             request = {"job": job, "limits": self.limits, **self._command(lab, job_file, judge.slot)}
-            answer = judge.grade(request)
+            answer = judge.grade(request, self.limits["notebook_timeout"] + JUDGE_MARGIN)
         finally:
             self.judges.put(judge)
             job_file.unlink(missing_ok=True)

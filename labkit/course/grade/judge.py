@@ -192,7 +192,10 @@ class StudentFunction:
                 value = handles[message["handle"]](*a, **k)
                 self.channel.send({"op": "returned", "value": base64.b64encode(pickle.dumps(value)).decode()})
             elif op == "result":
-                _write_back(args, message.get("after"))
+                changed = _changed(args, message.get("after"))
+                if changed is not None:
+                    raise ValueError(f"{self.name} changed its argument {changed + 1} in place; a function checked "
+                                     "here must leave its inputs as they were")
                 return wire.decode(message.get("value"))
             elif op == "raised":
                 raise _student_error(message)
@@ -200,22 +203,28 @@ class StudentFunction:
                 raise BoxGone(f"the box broke the protocol (answered {str(op)[:30]!r} to a call)")
 
 
-def _write_back(args: tuple, after: Any) -> None:
-    """Show the checker what the student's function did to its arguments (an input it must not change)."""
+def _changed(args: tuple, after: Any) -> int | None:
+    """The index of the first argument the box says the student's function changed (its encoding after the call
+    differs from the checker's own argument's), or None. The checker's objects are never changed: a checker that
+    reads its arguments after the call reads what it passed, whatever the box says."""
     if not isinstance(after, list) or len(after) != len(args):
-        return
-    for arg, encoded in zip(args, after):
-        if encoded is None:
-            continue
-        now = wire.decode(encoded)
-        if isinstance(arg, torch.Tensor) and isinstance(now, torch.Tensor):
-            with torch.no_grad():
-                if now.shape == arg.shape and now.dtype == arg.dtype:
-                    arg.copy_(now)
-                else:
-                    arg.data = now
-        elif isinstance(arg, list) and isinstance(now, list):
-            arg[:] = now
+        return None
+    for i, (arg, encoded) in enumerate(zip(args, after)):
+        if encoded is not None and isinstance(arg, (torch.Tensor, list)) and \
+                _plain(encoded) != _plain(wire.encode(arg)):
+            return i
+    return None
+
+
+def _plain(encoded: Any) -> Any:
+    """An encoding with each stand-in's text dropped (a repr may hold an address, other in the box)."""
+    if isinstance(encoded, dict):
+        if set(encoded) == {"opaque"} and isinstance(encoded["opaque"], list):
+            return {"opaque": encoded["opaque"][:1]}
+        return {k: _plain(v) for k, v in encoded.items()}
+    if isinstance(encoded, list):
+        return [_plain(v) for v in encoded]
+    return encoded
 
 
 _BOXES = itertools.count()

@@ -75,21 +75,30 @@ def rows(student: str, lab: str, exercises: list[str], outcomes: dict, ended: st
     return [Row(student, lab, ex, status[ex][0], status[ex][1], round(status[ex][2], 2)) for ex in exercises]
 
 
+def _text(value: object) -> object:
+    """A string as UTF-8 can hold it: a lone surrogate (from a submission's message, or an undecodable file
+    name) becomes "?", so that writing the gradebook cannot fail on one row."""
+    return value.encode("utf-8", "replace").decode("utf-8") if isinstance(value, str) else value
+
+
 def _cell(value: object) -> object:
-    """One CSV field: bounded, printable, never a formula."""
+    """One CSV field: bounded (FIELD_CHARS), printable, never a formula."""
     if not isinstance(value, str):
         return value
     text = "".join(c if c.isprintable() else " " for c in value)
-    if len(text) > FIELD_CHARS:
-        text = text[:FIELD_CHARS - len(CUT)] + CUT
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+    formula = text[:1] in ("=", "+", "-", "@")
+    room = FIELD_CHARS - formula  # the quote that disarms a formula counts
+    if len(text) > room:
+        text = text[:room - len(CUT)] + CUT
+    return "'" + text if formula else text
 
 
 def write(rows: list[Row], path: Path, as_json: bool, limits: dict) -> None:
     """The gradebook: JSON {"limits": ..., "rows": [...]} at `path`, or CSV with COLUMNS at `path` and the same
     JSON, whole, beside it (`grades.json` for `grades.csv`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    whole = json.dumps({"limits": limits, "rows": [asdict(r) for r in rows]}, indent=1, ensure_ascii=False) + "\n"
+    clean = [{k: _text(v) for k, v in asdict(r).items()} for r in rows]
+    whole = json.dumps({"limits": limits, "rows": clean}, indent=1, ensure_ascii=False) + "\n"
     if as_json:
         path.write_text(whole, encoding="utf-8")
         return
@@ -97,7 +106,7 @@ def write(rows: list[Row], path: Path, as_json: bool, limits: dict) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: _cell(v) for k, v in asdict(r).items()} for r in rows)
+        writer.writerows({k: _cell(v) for k, v in r.items()} for r in clean)
 
 
 def summary(rows: list[Row]) -> str:

@@ -2,12 +2,14 @@
 grader's files out of reach, every writable place small.
 
 - **Who**: run by root, the box's processes are a uid of their own (``BOX_UID`` + the job slot: two boxes that run
-  at once cannot signal or trace each other), set by setpriv before bwrap, where that uid can read the Python
-  environment; where it cannot (an interpreter under root's home), the box keeps root's uid outside and is
-  uid 65534 inside, with no capabilities. Either way, inside, a user namespace that can make no other
-  (``--disable-userns``) and no capabilities (``--cap-drop ALL``): mounts cannot be undone, `/` cannot be
-  remounted, nothing outside /tmp can be written, and the box sees no process but its own. Run by another user,
-  the box is that user, without capabilities all the same. ``identity()`` says which.
+  at once cannot signal or trace each other), set by setpriv before bwrap, so that the host's permissions hold
+  inside as for any other user (root-only files stay unreadable). A Python environment that uid cannot reach on
+  the host (an interpreter under root's home, 0700) is first bound, by root, in a mount namespace of the box's
+  own (``unshare``), onto an empty folder it can reach, and bwrap binds it back at its own path inside. Inside, a
+  user namespace that can make no other (``--disable-userns``) and no capabilities (``--cap-drop ALL``): mounts
+  cannot be undone, `/` cannot be remounted, nothing outside /tmp can be written, and the box sees no process
+  but its own. Run by another user, the box is that user, without capabilities all the same. ``identity()`` says
+  which; where root's box cannot run Python, ``unusable()`` says why and nothing is graded.
 - **What it sees**: the whole system read-only; the kit's folder (solutions and reference answers), the grader's
   home and the folders of the submissions and of the gradebook each covered by an empty read-only folder; the
   Python environment bound back read-only where a cover hid it (the covers are small tmpfs folders, made
@@ -19,13 +21,17 @@ grader's files out of reach, every writable place small.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
 import site
+import stat
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,23 +59,96 @@ def _setpriv(slot: int) -> list[str]:
             "--no-new-privs"]
 
 
+def _python_paths() -> set[Path]:
+    """The folders the Python environment runs from: its prefixes, the interpreter's folder, the user's site."""
+    needed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    user = Path(site.getusersitepackages())
+    if str(user) in sys.path and user.is_dir():
+        needed.add(user.resolve())
+    needed.add(Path(sys.executable).resolve().parent)
+    return needed
+
+
+def _closed(path: Path) -> Path | None:
+    """The highest folder above or at `path` that a user of no group of its owner cannot enter (no o+x, or for
+    `path` itself no o+rx), or None when any user reaches it (ACLs aside: the probe of ``identity`` runs it)."""
+    for folder in [*reversed(path.parents), path]:
+        need = stat.S_IXOTH | (stat.S_IROTH if folder == path else 0)
+        if folder.stat().st_mode & need != need:
+            return folder
+    return None
+
+
 @functools.cache
-@functools.cache
-def identity() -> str:
-    """Who the boxes run as: "own uid" (root drops to BOX_UID + slot), "root without capabilities" (root, whose
-    Python environment another uid cannot read), or "the grader's user" (not root)."""
-    if not _privileged():
-        return "the grader's user"
-    probe = [bwrap() or "bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *_BWRAP, sys.executable,
-             "-c", "import torch"]
-    return "own uid" if subprocess.run(_setpriv(0) + probe, capture_output=True).returncode == 0 else \
-        "root without capabilities"
+def _staged() -> tuple[tuple[Path, Path], ...]:
+    """(a Python folder the box's uid cannot reach, an empty folder it can, where root binds it before dropping
+    to that uid): none unless the grader is root. The empty folders are removed when the grader ends."""
+    closed = sorted(p for p in _python_paths() if _privileged() and _closed(p) is not None)
+    closed = [p for p in closed if not any(q != p and _inside(p, q) for q in closed)]  # inside another: bound with it
+    if not closed:
+        return ()
+    stage = Path(tempfile.mkdtemp(prefix="labkit-python-"))
+    stage.chmod(0o755)
+    atexit.register(shutil.rmtree, stage, True)
+    pairs = []
+    for i, path in enumerate(closed):
+        (stage / str(i)).mkdir(mode=0o755)
+        pairs.append((path, stage / str(i)))
+    return tuple(pairs)
+
+
+_BIND = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" || exit 112; shift 2; done; ' \
+        'shift; exec "$@"'
 
 
 def _user(slot: int) -> list[str]:
-    """The command prefix that drops root for the box's own uid (none when the grader is not root, or that uid
-    cannot read the Python environment)."""
-    return _setpriv(slot) if identity() == "own uid" else []
+    """The command prefix that, run by root, binds the staged Python folders in a mount namespace of the box's
+    own and drops to the box's uid; none when the grader is not root."""
+    if not _privileged():
+        return []
+    staged = [str(p) for pair in _staged() for p in pair]
+    unshare = [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+               _BIND, "sh", *staged, "--"] if staged else []
+    return unshare + _setpriv(slot)
+
+
+def _source(path: Path) -> Path:
+    """Where bwrap, run as the box's uid, finds `path`: in its staged folder, if root staged it (or a folder
+    above it)."""
+    for closed, stage in _staged():
+        if _inside(path, closed):
+            return stage / path.relative_to(closed)
+    return path
+
+
+def _staged_binds(bound: Sequence[Path] = (), covered: Sequence[Path] = ()) -> tuple[list[str], list[Path]]:
+    """bwrap's arguments that show each staged Python folder (but those in `bound`, bound already) at its own
+    path inside the box, under an empty folder where the host's is closed to the box's uid (unless one of
+    `covered` covers it already); and the empty folders they add."""
+    args: list[str] = []
+    covers: list[Path] = []
+    for path, stage in _staged():
+        if any(_inside(path, b) for b in bound):
+            continue
+        top = _closed(path)
+        if top is not None and top != path and not any(_inside(top, c) for c in [*covered, *covers]):
+            args += ["--size", str(COVER_BYTES), "--tmpfs", str(top)]
+            covers.append(top)
+        args += ["--ro-bind", str(stage), str(path)]
+    return args, covers
+
+
+@functools.cache
+def identity() -> str:
+    """Who the boxes run as: "own uid" (root drops to BOX_UID + slot), "the grader's user" (not root), or, where
+    root's box cannot run Python (a folder of the environment closed to another uid below a place it reaches),
+    "none: the box's uid cannot run Python" (``unusable`` refuses)."""
+    if not _privileged():
+        return "the grader's user"
+    probe = [bwrap() or "bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *_staged_binds()[0],
+             *_BWRAP, sys.executable, "-c", "import torch"]
+    return "own uid" if subprocess.run(_user(0) + probe, capture_output=True).returncode == 0 else \
+        "none: the box's uid cannot run Python"
 
 
 def unusable() -> str | None:
@@ -80,6 +159,9 @@ def unusable() -> str | None:
                "(Debian/Ubuntu: apt-get install bubblewrap)"
     if _privileged() and shutil.which("setpriv") is None:
         return "run as root, labkit grade drops to a uid of its own with setpriv (util-linux), which is not installed"
+    if identity().startswith("none"):
+        return (f"run as root, labkit grade runs each box as uid {BOX_UID} and more, which cannot run this Python "
+                f"({sys.executable}): make its environment readable by other users, or grade as another user")
     probe = subprocess.run(_user(0) + [bwrap(), "--ro-bind", "/", "/", *_BWRAP, "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"bubblewrap cannot make the box here ({probe.stderr.strip()[:200]}); it needs bubblewrap 0.8 " \
@@ -109,12 +191,9 @@ class Box:
         return cls(package.resolve(), resolved, env)
 
     def restores(self) -> list[Path]:
-        """Paths the Python environment needs that a cover hides: bound back read-only."""
-        needed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-        user = Path(site.getusersitepackages())
-        if str(user) in sys.path and user.is_dir():
-            needed.add(user.resolve())
-        needed.add(Path(sys.executable).resolve().parent)
+        """Paths the Python environment needs that a cover hides: bound back read-only (those staged by root
+        from where it staged them)."""
+        needed = _python_paths()
         kit = self.package.parent
         return sorted((p for p in needed if not _inside(kit, p) and any(_inside(p, h) for h in self.hidden + [Path("/tmp")])),
                       key=lambda p: len(p.parts))
@@ -129,24 +208,25 @@ class Box:
                 args += ["--tmpfs", sockets]
         for hidden in self.hidden:
             args += ["--size", str(COVER_BYTES), "--tmpfs", str(hidden)]
-        for path in self.restores():
-            args += ["--ro-bind", str(path), str(path)]
+        restored = self.restores()
+        for path in restored:
+            args += ["--ro-bind", str(_source(path)), str(path)]
+        more, covers = _staged_binds(restored, self.hidden)
+        args += more
         args += ["--ro-bind", str(kit), str(self.package)]
-        for hidden in self.hidden:
+        for hidden in [*self.hidden, *covers]:
             args += ["--remount-ro", str(hidden)]
         args += ["--ro-bind", str(job), INNER_JOB, "--dir", "/tmp/home",
                  "--chdir", "/tmp", *_BWRAP, "--new-session", "--clearenv"]
-        if identity() == "root without capabilities":
-            args += ["--uid", "65534", "--gid", "65534"]
         for key, value in self.env.items():
             args += ["--setenv", key, value]
         return _user(slot) + args + ["--"] + inner
 
 
 class Cgroups:
-    """Limits on the whole box, kept by the kernel where the grader may make control groups (root, cgroup v1's pids
-    and memory hierarchies, or v2 with those controllers): no more than `processes` tasks and `memory` bytes for
-    every process of the box together. Where it may not, the judge's Watch polls the same limits from outside."""
+    """Limits on the whole box, kept by the kernel where the grader may make control groups (root, with cgroup
+    v1's pids and memory hierarchies): no more than `processes` tasks and `memory` bytes for every process of the
+    box together. Where it may not (cgroup v2 only, too), the judge's Watch polls the same limits from outside."""
 
     V1 = Path("/sys/fs/cgroup")
 

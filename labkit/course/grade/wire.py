@@ -13,9 +13,11 @@ import dataclasses
 import json
 import math
 import os
+import re
 import select
 import struct
 import time
+from collections import Counter
 from typing import Any
 
 import torch
@@ -72,11 +74,20 @@ class Record:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Record) and (self._type, self._fields) == (other._type, other._fields)
 
-    def __hash__(self) -> int:
-        return hash((self._type, tuple(sorted(self._fields))))
+    def __hash__(self) -> int:  # the fields' values where they hash (records that differ then hash apart)
+        return hash((self._type, *sorted((k, _hash_or_name(v)) for k, v in self._fields.items())))
 
     def __repr__(self) -> str:
         return f"{self._type}({', '.join(f'{k}={v!r}' for k, v in self._fields.items())})"
+
+
+def _hash_or_name(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    try:
+        return hash(value)
+    except TypeError:
+        return type(value).__name__
 
 
 def send(fd: int, message: dict) -> None:
@@ -158,11 +169,14 @@ def encode(value: Any, depth: int = 0) -> Any:
     return {"opaque": [type(value).__name__[:60], text]}
 
 
+PLAIN_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16",
+                "bfloat16", "float32", "float64", "complex64", "complex128")  # the dtypes a tensor may come back in
+
+
 def _dtype(name: Any) -> torch.dtype:
-    found = getattr(torch, name, None) if isinstance(name, str) else None
-    if not isinstance(found, torch.dtype):
-        raise WireError(f"{name!r:.40} is not a torch dtype")
-    return found
+    if name not in PLAIN_DTYPES:
+        raise WireError(f"{name!r:.40} is not a torch dtype a tensor comes back in ({', '.join(PLAIN_DTYPES)})")
+    return getattr(torch, name)
 
 
 def decode(data: Any, depth: int = 0) -> Any:
@@ -174,7 +188,7 @@ def decode(data: Any, depth: int = 0) -> Any:
     if not isinstance(data, dict) or len(data) != 1:
         raise WireError(f"not an encoded value: {str(data)[:60]}")
     (kind, body), = data.items()
-    if kind == "int" and isinstance(body, str) and body.lstrip("-").isdigit():
+    if kind == "int" and isinstance(body, str) and re.fullmatch(r"-?[0-9]{1,5000}", body):
         return int(body)
     if kind == "float" and body in ("inf", "-inf", "nan"):
         return float(body)
@@ -182,7 +196,9 @@ def decode(data: Any, depth: int = 0) -> Any:
         items = [decode(v, depth + 1) for v in body]
         return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](_hashable(items, kind))
     if kind == "dict" and isinstance(body, list) and all(isinstance(p, list) and len(p) == 2 for p in body):
-        return {_key(decode(k, depth + 1)): decode(v, depth + 1) for k, v in body}
+        pairs = [(decode(k, depth + 1), decode(v, depth + 1)) for k, v in body]
+        _hashable([k for k, _ in pairs], "set")
+        return dict(pairs)
     if kind == "dtype":
         return _dtype(body)
     if kind == "tensor" and isinstance(body, list) and len(body) == 3:
@@ -197,19 +213,24 @@ def decode(data: Any, depth: int = 0) -> Any:
     raise WireError(f"not an encoded value: {str(data)[:60]}")
 
 
+COLLIDING = 64  # the most items of one set or dict's keys that may share a hash value
+
+
 def _hashable(items: list, kind: str) -> list:
+    """`items`, checked to be hashable where they make a set, and not crafted to share hash values (ints that
+    differ by multiples of 2**61 - 1 do): Python's set and dict take time quadratic in such items."""
     if kind in ("set", "frozenset"):
-        for item in items:
-            _key(item)
+        counts = Counter(_key(item) for item in items)
+        if counts and max(counts.values()) > COLLIDING:
+            raise WireError(f"a {kind} of {len(items):,} items, more than {COLLIDING} of one hash value")
     return items
 
 
-def _key(value: Any) -> Any:
+def _key(value: Any) -> int:
     try:
-        hash(value)
+        return hash(value)
     except TypeError:
         raise WireError(f"an unhashable {type(value).__name__} as a key or set member") from None
-    return value
 
 
 def _tensor(dtype_name: Any, shape: Any, raw: Any) -> torch.Tensor:
