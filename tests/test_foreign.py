@@ -261,7 +261,7 @@ def test_the_advisors_peaks_are_the_peaks_each_scheme_runs_at(make):
                 F.loss(run(work, x)).backward()
                 opt.step()
         assert cost.peak_bytes == meter.peak, name
-        assert cost.predicted_bytes is not None
+        assert abs(cost.predicted_bytes - cost.peak_bytes) <= 0.05 * cost.peak_bytes, name  # the rebuild counted
 
 
 def test_at_a_budget_between_a_schemes_prediction_and_its_peak_the_advisor_names_what_fits_when_run():

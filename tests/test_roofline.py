@@ -78,6 +78,37 @@ def test_measure_ceilings_on_tiny_are_positive():
     assert ceilings.ridge == ceilings.peak_flops / ceilings.peak_bandwidth
 
 
+def test_each_ceiling_is_the_work_of_its_measurement_over_its_median_seconds(monkeypatch):
+    """With a clock that always says a millisecond, each ceiling is exactly its work over 1 ms: 2n³ FLOPs of the
+    largest matmul, the bytes a copy reads and writes, the elements drawn and exponentiated."""
+    from types import SimpleNamespace
+
+    timed = []
+
+    def benchmark(fn, *args, **kwargs):
+        timed.append(getattr(fn, "__name__", str(fn)))
+        return SimpleNamespace(median=1e-3)
+
+    monkeypatch.setattr(rl, "benchmark", benchmark)
+    size = lk.sizes("tiny")
+    sides, mib, draws, special = rl.MEASURE_SIZES[size.name]
+    c = rl.measure_ceilings("cpu", torch.float32, size)
+    assert c.peak_flops == 2 * max(sides) ** 3 / 1e-3
+    assert c.peak_bandwidth == 2 * (mib * 2**20 // 4) * 4 / 1e-3
+    assert c.random_rate == draws / 1e-3 and c.special_rate == special / 1e-3
+    assert len(timed) == len(sides) + 3
+
+
+def test_the_trace_counts_a_matmuls_flops_as_pytorch_does():
+    from labkit.instruments.ops import trace
+
+    a, w = torch.randn(6, 5), torch.randn(5, 7)
+    ops = trace(lambda x: torch.relu(x @ w) + 1, a, time=False)
+    mm = next(r for r in ops if r.op == "mm")
+    assert mm.flops == 2 * 6 * 5 * 7 and rl.flops(mm) == mm.flops
+    assert all(r.flops == 0 for r in ops if r.op != "mm")
+
+
 def test_the_plot_draws_a_point_per_op_and_the_spec_roofs():
     records = [record("mm", flops=10 ** 6), record("mul"), record("native_dropout", random=True, elements=200),
                record(view=True)]

@@ -145,3 +145,41 @@ def test_a_peak_is_predicted_for_every_lab_of_the_catalog_that_uses_the_device()
     from labkit.course.catalog import LABS
 
     assert list(sizing.lab_peaks(sizes("tiny"))) == [lab.number for lab in LABS if lab.number != "00"]
+
+
+def _steady_peak(model, x, opt) -> int:
+    from labkit.instruments.meter import MemoryMeter
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        model(x).float().square().mean().backward()
+        opt.step()
+    step()
+    with MemoryMeter(model, opt, x) as meter:
+        step()
+    return meter.peak
+
+
+@pytest.mark.parametrize("layers, seq", [(2, None), (4, None), (2, 32)])
+def test_a_gpt_steps_predicted_peak_is_never_below_the_meters_and_within_half_again(layers, seq):
+    """The GPU sizes rest on these predictions (a run on a GPU checks them against the allocator): on the CPU,
+    a steady Adam step of the GPT stack (weights, gradients, two moments, a temporary: 5 copies)."""
+    import torch
+    from labkit.models import GPTStack, gpt_input
+
+    cfg = sizes("tiny").gpt(n_layers=layers, **({"seq": seq} if seq else {}))
+    torch.manual_seed(0)
+    model = GPTStack(cfg)
+    peak = _steady_peak(model, gpt_input(cfg, requires_grad=True), torch.optim.Adam(model.parameters()))
+    assert peak <= sizing._gpt_step(cfg, 5) <= 1.6 * peak
+
+
+@pytest.mark.parametrize("layers, width, batch", [(4, 64, 32), (8, 128, 16), (3, 256, 64)])
+def test_a_chains_predicted_peak_is_never_below_the_meters_and_within_half_again(layers, width, batch):
+    import torch
+    from labkit.models.mlp import MLPChain, MLPConfig, mlp_input
+
+    cfg = MLPConfig(n_layers=layers, width=width)
+    model = MLPChain(cfg)
+    peak = _steady_peak(model, mlp_input(cfg, batch, requires_grad=True), torch.optim.SGD(model.parameters(), lr=0.1))
+    assert peak <= sizing._chain_step(layers, width, batch, 2) <= 1.5 * peak
