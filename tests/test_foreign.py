@@ -105,9 +105,11 @@ def test_the_trace_marks_nn_dropouts_mask_as_changed_in_place_and_the_planners_n
 
 
 @pytest.mark.parametrize("share", [0.0, 0.3, 0.7, 1.0])
-def test_lab04s_planners_on_a_llama_block_with_nn_dropout_train_as_plainly_under_both_checkpoints(share):
+@pytest.mark.parametrize("make", [F.LlamaBlock, F.MHABlock, F.TupleBlock], ids=["llama", "multihead", "tuple"])
+def test_lab04s_planners_on_foreign_blocks_train_as_plainly_under_both_checkpoints(make, share):
+    """A LLaMA-style block (nn.Dropout, rotary, SDPA), one around nn.MultiheadAttention, one returning a tuple."""
     torch.manual_seed(0)
-    block, x = F.LlamaBlock(), torch.randn(2, 8, 32, requires_grad=True)
+    block, x = make(), torch.randn(2, 8, 32, requires_grad=True)
     ops = trace(block, x, model=block, repeats=1)
     budget = int(share * sum(S.keep_bytes(r) for r in S.candidates(ops)))
 
@@ -116,7 +118,8 @@ def test_lab04s_planners_on_a_llama_block_with_nn_dropout_train_as_plainly_under
         x.grad = None
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(5)
-            run(x).square().sum().backward()
+            out = run(x)
+            (out[0] if isinstance(out, tuple) else out).square().sum().backward()
         return [p.grad.clone() for p in block.parameters()] + [x.grad.clone()]
 
     want = grads(block)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 import labkit as lk
+from labkit.instruments.ops import trace
 
 
 def _block():
@@ -44,3 +45,21 @@ def test_timing_a_random_op_leaves_the_forwards_draws_as_they_were():
     run("plain")
     lk.ops.trace(lambda t: run("timed"), x, model=block, repeats=3)
     assert torch.equal(seen["plain"], seen["timed"])  # the same dropout masks, drawn in the same order
+
+
+def test_keys_count_from_zero_and_views_in_place_ops_and_fresh_outputs_are_told_apart():
+    w = torch.randn(4, 4)
+
+    def f(x):
+        y = x @ w  # fresh
+        z = y.t()  # a view of it
+        z.add_(1)  # in place, through the view: y is changed after it was made
+        return (y @ w).relu()
+
+    ops = trace(f, torch.randn(3, 4), time=False)
+    by_key = {r.key: r for r in ops}
+    assert [r.key for r in ops if r.op == "mm"] == ["mm#0", "mm#1"]  # PyTorch's selective checkpoint counts so
+    assert by_key["t#0"].is_view and not by_key["t#0"].in_place and by_key["t#0"].output_bytes == 0
+    assert by_key["add_#0"].in_place and not by_key["add_#0"].is_view and by_key["add_#0"].output_bytes == 0
+    assert not by_key["mm#0"].is_view and by_key["mm#0"].output_bytes == 3 * 4 * 4
+    assert by_key["mm#0"].mutated and not by_key["mm#1"].mutated and not by_key["relu#0"].mutated
