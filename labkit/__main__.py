@@ -19,7 +19,9 @@ def _student(args: argparse.Namespace) -> int:
             for p in problems:
                 print(f"labkit student --check: {p}", file=sys.stderr)
             if problems:
-                print("Regenerate with `make student` (python -m labkit student).", file=sys.stderr)
+                if any("out of date" in p or "missing" in p for p in problems):
+                    print("Regenerate with `make student` (python -m labkit student): it never overwrites a "
+                          "notebook that holds answers.", file=sys.stderr)
                 return 1
             print("labkit student --check: notebooks/, labkit/reference/ and labkit/labs/ are current")
             return 0

@@ -352,6 +352,27 @@ def test_rows_say_what_went_ungraded_flags_and_left_out_statements():
     assert rows[2].message == "the grader's worker stopped (timeout); 2.3 not graded"
 
 
+def test_a_failed_row_keeps_its_whole_message_without_the_hint_and_a_lost_cell_says_so():
+    outcomes = {"2.1": _outcome("failed", "[ex 2.1] grad: expected 1,\ngot 2.\nHint: the answer"),
+                "2.2": _outcome("passed", "[ex 2.2] passed: fine\nmore"), "2.3": _outcome("not attempted", "stub")}
+    rows = report.rows("ann", LAB, ["2.1", "2.2", "2.3"], outcomes, "", {}, {}, {"2.3"})
+    assert rows[0].message == "[ex 2.1] grad: expected 1,\ngot 2." and "Hint" not in rows[0].message
+    assert rows[1].message == "[ex 2.2] passed: fine"
+    assert rows[2].status == "not attempted" and rows[2].message.startswith("stub (its exercise cell is not in")
+
+
+def test_the_json_gradebook_is_written_into_a_new_folder_and_again_over_itself(tmp_path):
+    rows = [report.Row("ann", LAB, "2.1", "passed", "ok"), report.Row("bob", LAB, "2.1", "failed", "no"),
+            report.Row("bob", LAB, "2.2", "passed", "ok")]
+    out = tmp_path / "new" / "deeper" / "grades.json"
+    for _ in range(2):
+        report.write(rows, out, True, {"seed": 3})
+    whole = json.loads(out.read_text())
+    assert whole["limits"] == {"seed": 3} and [r["student"] for r in whole["rows"]] == ["ann", "bob", "bob"]
+    assert report.summary(rows).splitlines() == [f"Lab {LAB}: 2 submissions", "    2.1  1 passed, 1 failed",
+                                                 "    2.2  1 passed"]
+
+
 def test_the_csv_is_read_back_by_python_s_csv_module_and_runs_no_formula(tmp_path):
     rows = [report.Row('=HYPERLINK("x"),"q"\n\r', LAB, "2.1", "failed", "x" * 200_000 + "\x00\x07"),
             report.Row("+1", LAB, "2.2", "passed", "-2 and @3")]

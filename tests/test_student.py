@@ -209,6 +209,36 @@ def test_cli_check_exits_nonzero_when_stale(tmp_path):
     assert run_cli(root, "student", "--check").returncode == 0
 
 
+def _autosave_an_answer(root: Path) -> tuple[Path, str]:
+    """What JupyterLab's autosave leaves in notebooks/ once a student answered Exercise 1.1: the stub replaced."""
+    path = root / "notebooks" / "01_demo.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    answer = next(c for c in nb.cells if "NotImplementedError" in c.source)
+    answer.source = "def f():\n    return 1  # my answer"
+    answer.outputs, answer.execution_count = [], 3
+    nbformat.write(nb, path)
+    return path, path.read_text()
+
+
+def test_an_autosaved_answer_survives_every_command_that_regenerates_or_checks(tmp_path):
+    root = kit(tmp_path, good_solution())
+    views.write(root, DEMO)
+    path, saved = _autosave_an_answer(root)
+    assert views.check(root, DEMO) == [views.keep_your_work(Path("notebooks/01_demo.ipynb"), ["1.1"])]
+    with pytest.raises(student.NotebookError, match=r"notebooks/01_demo.ipynb holds answers \(Exercise 1.1"):
+        views.write(root, DEMO)
+    (root / "solutions" / "01_demo.ipynb").write_text(good_solution().replace("one", "one, reworded"))  # stale too
+    for args, code in ((("student",), 2), (("student", "--check"), 1)):
+        result = run_cli(root, *args)
+        assert result.returncode == code and "holds answers (Exercise 1.1" in result.stderr, result.stderr
+        assert "cp notebooks/01_demo.ipynb" in result.stderr and "Regenerate" not in result.stderr
+        assert path.read_text() == saved
+    nb = nbformat.read(path, as_version=4)  # its stub back (the student kept a copy): regenerated again
+    next(c for c in nb.cells if "my answer" in c.source).source = "def f():\n    raise NotImplementedError(\"Exercise 1.1: one\")"
+    nbformat.write(nb, path)
+    assert run_cli(root, "student").returncode == 0 and views.check(root, DEMO) == []
+
+
 def test_a_solution_outside_the_catalog_and_a_lab_without_its_solution_are_named(tmp_path):
     root = kit(tmp_path, good_solution())
     (root / "solutions" / "09_stray.ipynb").write_text(good_solution())

@@ -19,7 +19,7 @@ from labkit.course.catalog import Lab
 from labkit.course.student import (
     Exercise, NotebookError, export_source, read, solution_regions, strip_nbval, student_view,
 )
-from labkit.stubs import BEGIN, END, EXPORT, HEADING
+from labkit.stubs import BEGIN, END, EXPORT, HEADING, IN_SOURCE
 
 __all__ = ["reference_module", "labs_module", "write", "check"]
 
@@ -116,10 +116,40 @@ def _views(root: Path, labs: Sequence[Lab]) -> dict[Path, str]:
     return views
 
 
+def answered(expected: str, path: Path) -> list[str]:
+    """The exercises whose answer cell in the notebook at `path` holds work of its own: a cell that is a stub in
+    the generated view (`expected`), matched by id, whose stub line is gone from the file (a student's answer,
+    autosaved by JupyterLab). A stale view whose stubs are as generated holds none."""
+    try:
+        have = {c.get("id"): c for c in read(path).cells if c.cell_type == "code"}
+    except NotebookError:
+        return []
+    found = []
+    for cell in nbformat.reads(expected, as_version=4).cells:
+        stubs = IN_SOURCE.findall(cell.source) if cell.cell_type == "code" else []
+        mine = have.get(cell.get("id"))
+        if stubs and mine is not None and not IN_SOURCE.search(mine.source):
+            found += stubs
+    return found
+
+
+def keep_your_work(rel: Path, exercises: list[str]) -> str:
+    """What to say of a notebook that holds a student's answers: it is not overwritten, and how to keep them."""
+    return (f"{rel} holds answers (Exercise {', '.join(exercises)}: the stub replaced), not a stale copy: it is "
+            f"never overwritten. To keep your work and get the kit's notebook back: cp {rel} ~/{rel.name} && "
+            f"git checkout {rel}")
+
+
 def write(root: Path, labs: Sequence[Lab] | None = None) -> list[Path]:
     """Regenerate notebooks/, labkit/reference/ and labkit/labs/ from solutions/ for `labs` (default: the
-    catalog's); returns the files written."""
+    catalog's); returns the files written. A student notebook holding answers (`answered`) is refused, by name,
+    before anything is written."""
     views = _views(root, catalog.LABS if labs is None else labs)
+    for path, text in views.items():
+        if path.suffix == ".ipynb" and path.exists() and path.read_text() != text:
+            worked = answered(text, path)
+            if worked:
+                raise NotebookError(keep_your_work(path.relative_to(root), worked))
     for path, text in views.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -152,6 +182,10 @@ def check(root: Path, labs: Sequence[Lab] | None = None) -> list[str]:
         if not path.exists():
             problems.append(f"{rel}: missing")
         elif path.read_text() != text:
+            worked = answered(text, path) if path.suffix == ".ipynb" else []
+            if worked:
+                problems.append(keep_your_work(rel, worked))
+                continue
             detail = _first_difference(text, path) if path.suffix == ".ipynb" else "differs from the solution's export cells"
             problems.append(f"{rel}: out of date ({detail})")
     for folder in ("reference", "labs"):
