@@ -26,3 +26,55 @@ def test_every_hint_is_used_and_no_hint_is_typed_twice(package):
     assert len(set(values)) == len(values), "the same hint text under two names"
     for literal in values:  # a hint typed again in a checker instead of taken from the table
         assert f'"{literal[:40]}' not in code and f"'{literal[:40]}" not in code, literal
+
+
+def _answer_lines(notebook: Path) -> list[str]:
+    """Every line of the notebook's answer regions, comments and whitespace dropped."""
+    import re
+
+    import nbformat
+
+    from labkit.stubs import BEGIN, END
+
+    lines, inside = [], False
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        for line in cell.source.splitlines():
+            if BEGIN in line or END in line:
+                inside = BEGIN in line
+                continue
+            code = re.sub(r"\s+", "", line.split("#")[0])
+            if inside and code:
+                lines.append(code)
+    return lines
+
+
+LINE = 12  # a whole line of an answer this long (whitespace dropped) a hint may not hold: `return out` says nothing
+LEAK = 28  # nor a piece of one this long (an API's name alone, `torch.enable_grad()`, is a pointer, not the answer)
+
+
+@pytest.mark.parametrize("lab", CATALOG, ids=[lab.number for lab in CATALOG])
+def test_no_hint_repeats_a_piece_of_its_labs_answers(lab):
+    """A hint teaches where to look; one that holds a line of the solution's code (LINE characters or more,
+    whitespace dropped) or a piece of one (LEAK or more), that the student's notebook does not show anyway,
+    hands the answer over."""
+    import difflib
+    import re
+
+    import nbformat
+
+    root = Path(__file__).resolve().parent.parent
+    module = importlib.import_module(f"{lab.checks}.hints" if lab.checks in LABS else lab.checks)
+    hints = [v for n, v in vars(module).items() if n.isupper() and isinstance(v, str)]
+    hints += [h for _, h in getattr(module, "KNOWN_ERRORS", ())]
+    shown = re.sub(r"\s+", "", "".join(c.source for c in nbformat.read(lab.student(root), as_version=4).cells))
+    answers = _answer_lines(lab.solution(root))
+    assert answers
+    found = []
+    for hint in hints:
+        text = re.sub(r"\s+", "", hint)
+        for line in answers:
+            m = difflib.SequenceMatcher(None, text, line, autojunk=False).find_longest_match(0, len(text), 0, len(line))
+            piece = text[m.a:m.a + m.size]
+            if (m.size >= LEAK or m.size == len(line) >= LINE) and piece not in shown:
+                found.append((piece, hint))
+    assert not found, "hints that repeat the answer:\n" + "\n".join(f"  {p!r} in {h!r}" for p, h in found)

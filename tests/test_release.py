@@ -44,6 +44,7 @@ def test_a_later_lab_alone_ships_the_earlier_answers_but_not_its_own(tmp_path):
 def test_a_bundle_ships_no_compiled_answers(tmp_path):
     """Python caches what it imports as __pycache__/*.pyc: an answer due, compiled in the kit, must not ship."""
     cache = ROOT / "labkit" / "reference" / "__pycache__"
+    made = not cache.exists()
     cache.mkdir(exist_ok=True)
     planted = cache / "sqrt_n.cpython-311.planted.pyc"
     planted.write_bytes(b"compiled answers")
@@ -51,6 +52,8 @@ def test_a_bundle_ships_no_compiled_answers(tmp_path):
         release.write(ROOT, tmp_path / "b", ["03"])
     finally:
         planted.unlink()
+        if made:
+            cache.rmdir()
     shipped = [p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*")]
     assert not [p for p in shipped if p.suffix == ".pyc" or "__pycache__" in p.parts], shipped[:5]
 

@@ -48,6 +48,12 @@ def block_inputs(model: nn.Module, run: Callable[[], Any], who: str) -> list[tor
     run: each block called, first with one tensor and nothing else, returning one tensor. Anything else is a
     ValueError naming the block and what it was called with (ONE_TENSOR says how to make it fit)."""
     blocks = blocks_of(model)
+    first: dict[int, int] = {}
+    for i, (fqn, m) in enumerate(blocks):  # one module twice (shared weights) runs twice a step: no plan fits it
+        if id(m) in first:
+            raise ValueError(f"{who}: block {i} is block {first[id(m)]} ({fqn}): the model lists one module as two "
+                             "blocks (shared weights); a per-block plan needs each block once")
+        first[id(m)] = i
     seen: dict[int, tuple[tuple[Any, ...], dict[str, Any], Any]] = {}
 
     def hook(i: int) -> Callable[..., None]:

@@ -16,7 +16,7 @@ from torch import nn
 from labkit.instruments.blocks import blocks_of, patched
 from labkit.instruments.meter import MemoryMeter
 from labkit.planners.measuring import train_step
-from labkit.planners.ways import offloaded, selective, selective_keep
+from labkit.planners.ways import offloaded, policy_of, selective, traced
 from labkit.plans.plan import OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step, check_plan
 
 __all__ = ["applied", "measure_step", "largest_batch"]
@@ -53,14 +53,15 @@ def applied(model: nn.Module, plan: Sequence[Step]) -> Iterator[None]:
 
 def _selectively(block: nn.Module, forward: Callable[..., Any]) -> Callable[[torch.Tensor], Any]:
     """block's forward under PyTorch's selective checkpoint with lab 04's policy, traced from this block at the
-    first input of each shape, dtype, device and mode it meets (while one `applied` lasts: a block changed in
-    between is traced again in the next)."""
+    first input of each shape, dtype, device and mode it meets while one `applied` lasts; every forward is held
+    to the traced ops (a block changed in between is refused, never run under a policy made for other ops)."""
     policies: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     def run(h: torch.Tensor) -> Any:
         key = (tuple(h.shape), h.dtype, h.device, block.training, torch.is_grad_enabled())
         if key not in policies:
-            policies[key] = selective(selective_keep(block, h, forward))
+            ops = traced(block, h, forward)
+            policies[key] = selective(policy_of(ops, block, "applied"), [r.key for r in ops])
         return policies[key](forward, h)
     return run
 

@@ -83,7 +83,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
             ops = trace(block, h.requires_grad_(), model=block, time=False)
             keep = policy_of(ops, block, "profile_model")  # as `applied` traces it (lab 04's rule checked)
             kept = nbytes(h) + kept_bytes(ops, keep)  # what the policy caches, beyond what a plain block saves too
-            wrap = selective(keep)
+            wrap = selective(keep, [r.key for r in ops], "profile_model")
             t = _extra_seconds(block, h, wrap, repeats) if given is None else given.options[SELECTIVE].seconds
             options[SELECTIVE] = Option(kept, max(kept, a + _extra_held(block, h, wrap)), t)
         if per_byte is not None:  # its input may stay on the device: a selective block before it keeps its output

@@ -6,14 +6,18 @@ a handed-out one).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import SAC_IGNORED_OPS
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from labkit.instruments.ops import OpRecord, trace
+from labkit.instruments.ops import OpRecord, op_key, trace
+from labkit.instruments.tensors import op_name
 
 __all__ = ["policy_of", "selective_keep", "selective", "offloaded"]
 
@@ -37,16 +41,66 @@ def selective_keep(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any
     keys count calls, and which ops run depends on the block and its input, so the policy is traced from what
     the block computes, at the input it runs on, each time it is asked for (`applied` asks once per block and
     input while inside: nothing is kept beyond it)."""
-    ops = trace(forward or block, x.detach().requires_grad_(x.is_floating_point()), model=block, time=False)
-    return policy_of(ops, block, who)
+    return policy_of(traced(block, x, forward), block, who)
 
 
-def selective(keep: frozenset[str]) -> Callable[..., Any]:
-    """Lab 04's policy `keep` as PyTorch's selective checkpoint of a block: wrap(block, x)."""
+def traced(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any] | None = None) -> list[OpRecord]:
+    """The ops of forward(x) (default the block's own), untimed, attributed to the block's modules."""
+    return trace(forward or block, x.detach().requires_grad_(x.is_floating_point()), model=block, time=False)
+
+
+class _SameOps(TorchDispatchMode):
+    """Refuses, at the first op that differs, a forward that runs other ops than `keys` (the trace the policy
+    was decided from): a policy's keys count calls, so on other ops it would keep other outputs, a random one
+    before a recomputed one among them (silently wrong gradients under PyTorch's selective checkpoint)."""
+
+    def __init__(self, keys: Sequence[str], who: str) -> None:
+        super().__init__()
+        self.keys, self.who, self.counts, self.at = keys, who, {}, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func not in SAC_IGNORED_OPS:
+            name = op_name(func)
+            key = op_key(name, self.counts.get(name, 0))
+            self.counts[name] = self.counts.get(name, 0) + 1
+            if self.at >= len(self.keys) or self.keys[self.at] != key:
+                want = self.keys[self.at] if self.at < len(self.keys) else "no more ops"
+                raise ValueError(f"{self.who}: the block runs {key} where its selective policy was traced running "
+                                 f"{want}: it computes otherwise than when the policy was made (changed inside "
+                                 "`applied`?); leave `applied` and enter it again to trace it anew")
+            self.at += 1
+        return func(*args, **(kwargs or {}))
+
+
+def selective(keep: frozenset[str], keys: Sequence[str] | None = None, who: str = "applied") -> Callable[..., Any]:
+    """Lab 04's policy `keep` as PyTorch's selective checkpoint of a block: wrap(block, x). With `keys` (the op
+    keys of the trace the policy came from), each forward is held to running those very ops (``_SameOps``)."""
     from labkit.labs.selective import torch_policy  # lab 04
 
-    context_fn = torch_policy(keep)
+    policy = torch_policy(keep)
+
+    def context_fn() -> tuple[Any, Any]:
+        forward, recompute = policy()
+        if keys is None:
+            return forward, recompute
+        stack = contextlib.ExitStack()
+        checked = _Checked(stack, forward, _SameOps(keys, who))
+        return checked, recompute
     return lambda block, x: torch_checkpoint(block, x, use_reentrant=False, context_fn=context_fn)
+
+
+class _Checked:
+    """A context entering `first` then `mode`, and leaving them in reverse: SAC's forward context with the check."""
+
+    def __init__(self, stack: contextlib.ExitStack, first: Any, mode: Any) -> None:
+        self.stack, self.first, self.mode = stack, first, mode
+
+    def __enter__(self) -> None:
+        self.stack.enter_context(self.first)
+        self.stack.enter_context(self.mode)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.__exit__(*exc)
 
 
 def offloaded(block: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:

@@ -27,7 +27,9 @@ from labkit.course.grade import files, report, sandbox
 from labkit.course.grade.rebuild import Pristine, match, program, rebuild
 from labkit.course.grade.report import Row
 
-JUDGE_MARGIN = 60.0  # seconds a judge may take beyond a notebook's limit (starting the box, decoding) before it is ended
+# seconds a judge may take beyond a notebook's limit and one exercise's (the limit is checked between exercises):
+# starting the box, ending it, decoding; past them the judge is ended
+JUDGE_MARGIN = 60.0
 LIMITS = {"cell_timeout": 60.0, "notebook_timeout": 300.0, "memory_gib": 4.0, "profile": "tiny", "processes": 64}
 
 
@@ -53,8 +55,10 @@ class JudgeProcess:
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         if not select.select([self.proc.stdout], [], [], seconds)[0]:
+            pid = self.proc.pid
             self.proc.kill()
             self.proc.wait()
+            sandbox.Cgroups.remove_left(f"labkit-box-{pid}-")  # its boxes' groups, which it can no longer remove
             self.proc = self._start()
             raise RuntimeError(f"its grading ran past {seconds:g} s (the notebook's limit and a margin)")
         line = self.proc.stdout.readline()
@@ -167,7 +171,7 @@ class Grader:
         judge = self.judges.get()
         try:
             request = {"job": job, "limits": self.limits, **self._command(lab, job_file, judge.slot)}
-            answer = judge.grade(request, self.limits["notebook_timeout"] + JUDGE_MARGIN)
+            answer = judge.grade(request, self.limits["notebook_timeout"] + self.limits["cell_timeout"] + JUDGE_MARGIN)
         finally:
             self.judges.put(judge)
             job_file.unlink(missing_ok=True)

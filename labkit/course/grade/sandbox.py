@@ -275,6 +275,16 @@ class Cgroups:
                     found.append(what)
         return found
 
+    @classmethod
+    def remove_left(cls, prefix: str) -> None:
+        """Remove the groups whose names start with `prefix` (those of a judge that was ended), once empty."""
+        for controller in ("pids", "memory"):
+            base = cls.V1 / controller
+            groups = sorted(base.glob(prefix + "*")) if base.is_dir() else []
+            leftover = cls.__new__(cls)
+            leftover.groups = [g for g in groups if g.is_dir()]
+            leftover.remove()
+
     def remove(self) -> None:
         """Remove the groups, once the box's last process is gone (the kernel reaps them a moment after bwrap)."""
         for group in self.groups:

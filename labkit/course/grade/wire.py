@@ -188,7 +188,7 @@ def decode(data: Any, depth: int = 0) -> Any:
     if not isinstance(data, dict) or len(data) != 1:
         raise WireError(f"not an encoded value: {str(data)[:60]}")
     (kind, body), = data.items()
-    if kind == "int" and isinstance(body, str) and re.fullmatch(r"-?[0-9]{1,5000}", body):
+    if kind == "int" and isinstance(body, str) and re.fullmatch(r"-?[0-9]{1,4300}", body):
         return int(body)
     if kind == "float" and body in ("inf", "-inf", "nan"):
         return float(body)
