@@ -40,17 +40,18 @@ ROUND_UP = 'round up: a batch whose activations fall short of the state has not 
 GREATER_EQUAL = 'b · per_sample_bytes == state_bytes already counts (>=): the smallest such b'
 CROSS_DEFAULT = ('work (7, 7), (300, 1000) and (64, 0) out by hand from the spec (the smallest b >= 1 with '
                  'b * per_sample_bytes >= state_bytes) and hold your function against them, in integers')
-HOOK_RETURN = ('pack must return t.detach() (or something your unpack turns back into the tensor): backward unpacks '
-               'what pack returned')
-HOOK_CALL = 'call fn(*args) inside `with torch.autograd.graph.saved_tensors_hooks(pack, unpack):`'
-HOOK_CYCLE = ('return t.detach() from pack, not t: a node that keeps the very tensor whose grad_fn it is makes a '
+HOOK_RETURN = ("pack must return something your unpack turns back into the tensor (the tensor's data, without its "
+               'history): backward unpacks what pack returned')
+HOOK_CALL = 'call fn(*args) inside the saved-tensors hooks context (torch.autograd.graph), given your pack and unpack'
+HOOK_CYCLE = ('pack must not hand back t itself, only its data without its history: a node that keeps the very '
+              'tensor whose grad_fn it is makes a '
               "reference cycle through C++ that Python's collector cannot free, so every graph you measure would "
               'stay in memory')
 HOOK_DEDUPE = 'count each storage once: remember t.untyped_storage().data_ptr() of what you counted'
 HOOK_PARAMS = 'leave out nn.Parameters and their views: a Linear saves weight.t(), whose _base is the weight'
 HOOK_STORAGE = 'a saved view keeps its whole storage alive: count t.untyped_storage().nbytes()'
-HOOK_NOT_INSTALLED = ('register the hooks with `with torch.autograd.graph.saved_tensors_hooks(pack, unpack):` and call '
-                      'fn(*args) inside that block')
+HOOK_NOT_INSTALLED = ('register pack and unpack as the saved-tensors hooks of torch.autograd.graph (a context '
+                      'manager) and call fn(*args) inside it')
 HOOK_DEFAULT = ('print what pack receives on a small case (shape, whether it or its _base is a Parameter, its '
                 "storage's data_ptr() and nbytes()) and hold each against the exercise's rules: what to skip, what "
                 'to count, how often')

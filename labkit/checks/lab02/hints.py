@@ -6,24 +6,25 @@ NO_GRAD_FORWARD = ("run fn under torch.no_grad() in forward, so it records no gr
                    "of its activations")
 ENABLE_GRAD = ("recompute under torch.enable_grad(): backward runs with grad mode off, so the rerun of fn "
                "recorded no graph to back-propagate through")
-DETACH = ("detach the saved inputs before rerunning fn (x.detach().requires_grad_(x.requires_grad)); otherwise "
-          "the rerun's graph reaches back into the layers before the checkpoint and they get their gradients twice")
-SAVE_ONLY_INPUTS = ("save only the inputs (ctx.save_for_backward(*args)); fn's outputs and intermediates are "
-                    "exactly what backward recomputes")
-SAVE_INPUTS = ("save the inputs with ctx.save_for_backward(*args) and read them back from ctx.saved_tensors "
+DETACH = ("rerun fn on copies of the saved inputs cut from their history, each requiring grad as its original "
+          "did; otherwise the rerun's graph reaches back into the layers before the checkpoint and they get their "
+          "gradients twice")
+SAVE_ONLY_INPUTS = ("save only the inputs, with ctx's own method for saving tensors; fn's outputs and "
+                    "intermediates are exactly what backward recomputes")
+SAVE_INPUTS = ("save the inputs with ctx's own method for saving tensors and read them back from ctx.saved_tensors "
                "in backward")
 N_GRADS = "return one gradient per argument of forward: None for fn, then one per input"
 ORDER = ("return the gradients in the order of forward's arguments: None for fn, then each input's .grad in "
          "the order the inputs came")
 NO_PARAM_GRADS = ("fn's parameters got no gradient: back-propagate grad_outputs through the rerun "
                   "(torch.autograd.backward(outputs, grad_outputs))")
-STOPPED = ("the gradient stopped at the checkpoint: the detached inputs must require grad "
-           "(x.detach().requires_grad_(x.requires_grad)) and backward must return their .grad")
+STOPPED = ("the gradient stopped at the checkpoint: the inputs you rerun fn on must require grad where the "
+           "originals did, and backward must return their .grad")
 EXACT = ("gradients must equal the plain run bit for bit: rerun the same fn on the saved inputs, "
          "back-propagate grad_outputs through it and return each input's .grad")
 NON_TENSOR_OUT = ("fn may return non-tensors (None, an int) and tensors that require no grad (an argmax): "
-                  "back-propagate only through outputs that are tensors requiring grad (isinstance(o, torch.Tensor) "
-                  "and o.requires_grad), pairing each with its grad_output")
+                  "back-propagate only through the outputs that are tensors and require grad, pairing each with its "
+                  "grad_output")
 FORWARD_SPEC = "forward(ctx, fn, *args) saves args, runs fn(*args) and returns its output"
 BACKWARD_SPEC = "backward(ctx, *grad_outputs) reruns fn on the detached inputs and returns their gradients"
 ONCE_FORWARD = "forward runs fn once and returns its output"
@@ -57,11 +58,11 @@ AMP_CONTEXT = ("restored_autocast must be a context manager: decorate it with @c
                "inside, while the stashed settings are in force")
 AMP_DTYPE = ("stash the autocast dtype too (torch.get_autocast_dtype(device)) and pass it to torch.autocast: the "
              "forward may have run in float16 as well as bfloat16")
-AMP_ENABLED = ("stash whether autocast was on (torch.is_autocast_enabled(device)) and re-enter it with "
+AMP_ENABLED = ("stash whether autocast was on for each device type (torch can tell, per device) and re-enter it with "
                "enabled=that: a forward that ran without autocast must be recomputed without it, even inside "
                "an autocast region")
-AMP_NOT_SET = ("restored_autocast must enter torch.autocast(device, dtype=dtype, enabled=enabled) for each stashed "
-               "device type; ops inside the block ran in float32")
+AMP_NOT_SET = ("restored_autocast must enter torch.autocast again, with the stashed dtype and on/off setting, for "
+               "each stashed device type; ops inside the block ran in float32")
 AMP_CUDA = ("stash the settings of every device type among the inputs (a.device.type for each tensor), not only "
             "the CPU's, and re-enter torch.autocast for each")
 AMP_LEAVE = ("enter torch.autocast as a context manager (an ExitStack holds several) so that leaving the block "
@@ -74,7 +75,7 @@ WARN = ("when grad mode is on and no tensor argument requires grad, warn: warnin
         "have requires_grad=True. Gradients will be None ...\", stacklevel=2)")
 WARN_GRAD_MODE = ("warn only when grad mode is on (torch.is_grad_enabled()): under torch.no_grad() nobody expects "
                   "gradients")
-WARN_ANY = "warn only when no tensor argument requires grad (not any(t.requires_grad for t in tensors))"
+WARN_ANY = "warn only when no tensor argument requires grad (none of them does, not merely one)"
 STACKLEVEL = "pass stacklevel=2 to warnings.warn, so the warning names the caller's line, not yours"
 USE_RNG = ("with dropout inside fn, use RecomputeRNG.apply, not Recompute.apply: the recompute must replay "
            "the RNG")

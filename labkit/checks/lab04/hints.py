@@ -10,11 +10,12 @@ SEL_BYTES = ("keep exactly the outputs of the ops in keep, one detached alias ea
              "with next_key in both modes, so a key names the same op as in PyTorch's policy")
 SEL_SKIP = ("the recomputation must not run a kept op: return its stored outputs instead of calling func")
 SEL_MUTATED = ("store t._version with each kept tensor and compare it in ReplayOutputs: a kept output changed in "
-               "place must raise CheckpointError(MUTATED.format(...))")
+               "place must be refused with CheckpointError and the lab's MUTATED message")
 SEL_RANDOM = ("in KeepOutputs, remember the first kept random op (is_random(func)); a later random op that is "
-              "not kept must raise CheckpointError(RANDOM_ORDER.format(kept=..., later=...)) in forward")
+              "not kept must be refused in forward with CheckpointError and the lab's RANDOM_ORDER message, naming "
+              "both ops")
 SEL_TWICE = ("pop each kept entry in ReplayOutputs (memory is freed as backward goes); a kept op with no entry "
-             "left is a second backward: raise CheckpointError(TWICE)")
+             "left is a second backward: refuse it with CheckpointError and the lab's TWICE message")
 
 # ---------------------------------------------------------------- Exercise 4.2: greedy
 GREEDY_SPEC = "greedy_keep(ops, budget) returns a frozenset of the keys of the candidates it keeps"

@@ -5,7 +5,8 @@ from __future__ import annotations
 RT_SPEC = "roofline_seconds(r, c) returns a float: the largest of the compute, memory and random terms"
 RT_MAX = ("take the largest term (max), not their sum: an op's resources work at the same time, and the slowest "
           "one sets its time")
-RT_MEMORY = "the memory term is r.bytes_moved / c.peak_bandwidth: every byte read and written crosses the bus"
+RT_MEMORY = ("the memory term is the bytes the op moves over the bandwidth ceiling: every byte read and written "
+             "crosses the bus")
 RT_COMPUTE = "the compute term is compute_seconds(r, c), given: FLOPs over the peak, or exp over the exp rate"
 RT_RANDOM = ("the random term is random_draws(r) / c.random_rate for an op that draws, and 0 when c.random_rate "
              "is None (a spec sheet states no such limit)")
