@@ -172,6 +172,7 @@ def test_scan_flags_what_an_answer_has_no_business_doing(source, finding):
     "torch.manual_seed(0)\nstate = torch.get_rng_state()",
     "os.environ['X'] = '1'",
     "from labkit.labs.recompute import checkpoint  # an earlier lab's code: allowed",
+    "import numpy as np\nimport math",
 ])
 def test_scan_leaves_ordinary_answers_alone(source):
     assert scan(source) == []
@@ -200,6 +201,26 @@ def test_guard_puts_back_a_monkeypatched_checker_and_names_it(capsys):
     assert lk.checks.base.passed.__code__.co_name == "passed"
     assert guard.MARK in capsys.readouterr().out
     assert guard.verify() == [], "nothing changed since: nothing to report"
+
+
+def test_guard_puts_back_sys_hooks_and_a_swapped_module_and_names_them():
+    import builtins
+
+    tracer, before_input = sys.gettrace(), builtins.input
+    real = sys.modules["torch.utils.checkpoint"]
+    guard.arm()
+    try:
+        sys.setprofile(lambda *a: None)
+        builtins.input = lambda *a: "yes"
+        sys.modules["torch.utils.checkpoint"] = object()
+        changed = guard.verify()
+        after = sys.getprofile(), sys.gettrace(), builtins.input, sys.modules["torch.utils.checkpoint"]
+    finally:
+        sys.setprofile(None)
+        builtins.input = before_input
+        sys.modules["torch.utils.checkpoint"] = real
+    assert {"sys.getprofile", "builtins.input", "sys.modules.torch.utils.checkpoint"} <= set(changed), changed
+    assert after == (None, tracer, before_input, real)  # the guard put each back
 
 
 def test_guard_names_a_thread_and_a_torch_mode_left_behind():

@@ -2,7 +2,7 @@
 
 `arm()` runs before any student code and notes every object a checker relies on: the functions and classes of
 labkit's modules (the top-level package included), torch's and Python's modules a check or the grader's worker
-calls, sys hooks, and, in an IPython kernel, the machinery that reports a cell's error. `verify()` runs after the
+calls, and sys hooks (the worker runs no IPython kernel: nothing of one is watched). `verify()` runs after the
 checker: whatever changed is put back and named, and the worker turns that into a `tampered` verdict;
 `leftovers()` names what the student's code left running (threads, torch modes). Code in the same process can
 defeat any such watch if it studies it: the grader decides what it can outside the box (docs/design.md,
@@ -18,12 +18,8 @@ MARK = "[labkit grade] put back, changed by an answer:"
 _MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.autograd", "torch.testing", "torch.utils.checkpoint",
             "torch.random", "torch.utils", "numpy", "math", "builtins", "os", "importlib", "contextlib", "functools",
             "copy", "dataclasses", "traceback", "json", "pickle", "base64", "io", "select", "signal")
-_SHELL_LISTS = ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")
-_SHELL_ATTRS = ("CustomTB", "custom_exceptions", "showtraceback", "_showtraceback", "showsyntaxerror", "run_cell",
-                "run_ast_nodes", "run_code", "run_cell_async", "system", "displayhook")
 _SYS = ("displayhook", "meta_path", "path_hooks")
 _CLASSES_OF = ("contextlib", "functools", "copy", "dataclasses", "traceback", "io", "json")  # their classes too
-_MOVING = {("builtins", "input"), ("builtins", "getpass")}  # the kernel swaps these around every cell
 _state: dict[str, Any] = {}
 
 
@@ -54,8 +50,6 @@ def _watched(modules: list[types.ModuleType]) -> dict[tuple, tuple[Any, Any]]:
     classes = []
     for module in modules:
         for name, value in list(vars(module).items()):
-            if (module.__name__, name) in _MOVING:
-                continue
             found[(module.__name__, name)] = (value, module)
             if isinstance(value, types.FunctionType) and (value.__module__ or "").startswith("labkit"):
                 # labkit's own functions (the checkers' wrappers above all): code, defaults and closure. Not
@@ -78,22 +72,11 @@ def _watched(modules: list[types.ModuleType]) -> dict[tuple, tuple[Any, Any]]:
         found[("sys.modules", module.__name__)] = (sys.modules.get(module.__name__), ("modules",))
     found[("sys", "gettrace")] = (sys.gettrace(), "trace")
     found[("sys", "getprofile")] = (sys.getprofile(), "profile")
-    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
-    if shell is not None:
-        for name in _SHELL_ATTRS:  # an instance attribute set over the class's method, or the class's own
-            own = name in vars(shell)
-            found[("shell", name)] = (vars(shell)[name] if own else getattr(type(shell), name, None), ("shell", shell, own))
-        for name in _SHELL_LISTS:
-            found[("shell", name)] = (tuple(getattr(shell, name, ())), ("list", shell))
-        found[("shell", "events")] = ({k: tuple(v) for k, v in shell.events.callbacks.items()}, ("events", shell))
     return found
 
 
 def arm() -> None:
     """Note what is watched; run once, before any student code."""
-    import matplotlib.pyplot as plt
-
-    plt.close(plt.figure())  # the inline backend registers its IPython event callbacks when it first loads
     # the kit's modules are what a checker relies on: importing this module imported them (labkit's __init__)
     _state["modules"] = _modules()
     _state["watched"] = _watched(_state["modules"])
@@ -119,21 +102,8 @@ def _put_back(key: tuple, value: Any, owner: Any) -> None:
         sys.settrace(value)
     elif owner == "profile":
         sys.setprofile(value)
-    elif isinstance(owner, tuple) and owner[0] == "list":
-        getattr(owner[1], key[1])[:] = list(value)
     elif isinstance(owner, tuple) and owner[0] == "modules":
         sys.modules[key[1]] = value
-    elif isinstance(owner, tuple) and owner[0] == "shell":
-        shell, own = owner[1], owner[2]
-        if own:
-            setattr(shell, key[1], value)
-        else:
-            vars(shell).pop(key[1], None)
-            if getattr(type(shell), key[1], None) is not value:
-                setattr(type(shell), key[1], value)
-    elif isinstance(owner, tuple) and owner[0] == "events":
-        for event, callbacks in value.items():
-            owner[1].events.callbacks[event][:] = list(callbacks)
     elif isinstance(owner, tuple) and owner[0] == "keys":
         for name in set(vars(owner[1])) - value - {"__slotnames__"}:
             delattr(owner[1], name)
