@@ -141,6 +141,11 @@ def _grade(args: argparse.Namespace) -> int:
     given = {"cell_timeout": args.timeout, "notebook_timeout": args.notebook_timeout, "memory_gib": args.memory,
              "profile": args.profile}
     limits = dict(grade.LIMITS, **{k: v for k, v in given.items() if v is not None})
+    try:
+        points = report.read_points(Path(args.points) if args.points else None)
+    except (OSError, ValueError) as e:
+        print(f"labkit grade: --points: {e}", file=sys.stderr)
+        return 2
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     limits["seed"] = seed
     out = Path(args.out).resolve()
@@ -159,9 +164,10 @@ def _grade(args: argparse.Namespace) -> int:
     except grade.GradeError as e:
         print(f"labkit grade: {e}", file=sys.stderr)
         return 2
-    report.write(rows, out, args.json, limits)
-    print(report.summary(rows))
-    print(f"labkit grade: {len(rows)} rows written to {args.out}")
+    book = report.write(rows, out, args.json, limits, points)
+    print(report.summary(rows, points))
+    print(f"labkit grade: {len(rows)} rows written to {args.out}" +
+          (f"; one row per student, with points and totals, to {book}" if book != out else ""))
     return 0
 
 
@@ -200,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("grade", help="grade returned notebooks, each rebuilt from the pristine one, in a sandbox")
     p.add_argument("submissions", nargs="+", help="notebooks, or folders searched for them")
     p.add_argument("--labs", help="comma-separated lab numbers to grade (default: all)")
-    p.add_argument("--out", default="grades.csv", help="the gradebook (default grades.csv)")
+    p.add_argument("--out", default="grades.csv", help="the gradebook (default grades.csv; one row per student, "
+                                                         "with points and totals, beside it: grades_students.csv)")
+    p.add_argument("--points", help="a CSV of `exercise,points` lines (default: 1 point per exercise)")
     p.add_argument("--json", action="store_true", help="write JSON (limits and rows) instead of CSV")
     p.add_argument("--timeout", type=float, help="seconds per exercise (default 60, sized for the tiny profile)")
     p.add_argument("--notebook-timeout", type=float, help="seconds per notebook (default 300)")

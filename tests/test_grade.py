@@ -391,7 +391,31 @@ def test_the_json_gradebook_is_written_into_a_new_folder_and_again_over_itself(t
     whole = json.loads(out.read_text())
     assert whole["limits"] == {"seed": 3} and [r["student"] for r in whole["rows"]] == ["ann", "bob", "bob"]
     assert report.summary(rows).splitlines() == [f"Lab {LAB}: 2 submissions", "    2.1  1 passed, 1 failed",
-                                                 "    2.2  1 passed"]
+                                                 "    2.2  1 passed", "Totals:", "  ann  1 / 1", "  bob  1 / 2"]
+    assert whole["students"] == [{"student": "ann", "2.1": 1, "out of": 1, "total": 1},
+                                 {"student": "bob", "2.1": 0, "out of": 2, "2.2": 1, "total": 1}]
+
+
+def test_one_row_per_student_with_the_instructors_points_and_a_total(tmp_path):
+    table = tmp_path / "points.csv"
+    table.write_text("exercise,points\n2.1,3\n2.2,0.5\n")
+    points = report.read_points(table)
+    assert points == {"2.1": 3, "2.2": 0.5}
+    rows = [report.Row("ann", LAB, "2.1", "passed", "ok"), report.Row("ann", LAB, "2.2", "tampered", "x"),
+            report.Row("ann", LAB, "2.3", "passed", "ok"), report.Row("=cal", LAB, "2.1", "failed", "no"),
+            report.Row("=cal", LAB, "2.2", "passed", "ok"), report.Row("=cal", LAB, "2.3", "not attempted", "")]
+    book = report.write(rows, tmp_path / "grades.csv", False, {}, points)
+    assert book == tmp_path / "grades_students.csv"
+    with book.open(newline="", encoding="utf-8") as f:
+        back = list(csv.DictReader(f))
+    assert list(back[0]) == ["student", "2.1", "2.2", "2.3", "total", "out of"]
+    assert [(r["student"], r["2.1"], r["2.2"], r["2.3"], r["total"], r["out of"]) for r in back] == [
+        ("ann", "3", "0", "1", "4", "4.5"), ("'=cal", "0", "0.5", "0", "0.5", "4.5")]
+    assert "  =cal  0.5 / 4.5" in report.summary(rows, points)
+    for bad in ("2.1,lots", "two,1", "2.1,-1", "2.1"):
+        table.write_text(bad + "\n")
+        with pytest.raises(ValueError, match="is not `exercise,points`"):
+            report.read_points(table)
 
 
 def test_the_csv_is_read_back_by_python_s_csv_module_and_runs_no_formula(tmp_path):

@@ -35,6 +35,8 @@ def test_a_later_lab_alone_ships_the_earlier_answers_but_not_its_own(tmp_path):
     assert not shipped & {"sqrt_n.py", "selective.py", "roofline.py"}
     assert [p.name for p in (tmp_path / "b" / "notebooks").iterdir()] == ["03_sqrt_n.ipynb"]
     assert (tmp_path / "b" / "Makefile").read_text() == (ROOT / "tools" / "kit.mk").read_text()
+    readme = (tmp_path / "b" / "README.md").read_text()
+    assert "What to hand in" in readme and "`yourname/03_sqrt_n.ipynb`" in readme
     for name in ("pyproject.toml", "environment.yml", "constraints.txt"):  # a bundle installs the tested versions
         assert (tmp_path / "b" / name).read_text() == (ROOT / name).read_text()
     with pytest.raises(release.ReleaseError, match="not an empty folder"):

@@ -37,6 +37,11 @@ Write your answers in the exercise cells themselves: grading takes those cells
 from your notebook and everything else from the original, so code you add in
 new cells, or changes to other cells, are not graded.
 
+What to hand in: each lab's notebook, saved, under its own file name
+({names}), in a folder named after you (`yourname/{first}`): the
+grader takes your name from that folder and the lab from the notebook.
+Keep the cells' ids (copy the file; do not paste its cells into a new one).
+
 A lab that builds on an earlier one of this kit (Lab 03 on Lab 02's
 `checkpoint`) imports the earlier lab's code from your own notebook, in the
 same folder: finish the earlier lab first, and restart the kernel after you
@@ -109,5 +114,7 @@ def write(root: Path, out: Path, chosen: list[str]) -> list[Path]:
         shutil.copy(root / name, out / name)
     shutil.copy(root / "tools" / "kit.mk", out / "Makefile")
     titles = ", ".join(f"{n} {re.sub(r'^[0-9]+_', '', available[n].stem).replace('_', ' ')}" for n in chosen)
-    (out / "README.md").write_text(STUDENT_README.format(labs=titles))
+    names = [p.name for p in notebooks]
+    (out / "README.md").write_text(STUDENT_README.format(labs=titles, names=", ".join(f"`{n}`" for n in names),
+                                                         first=names[0]))
     return notebooks

@@ -1,4 +1,8 @@
-"""From what the judge decided to a gradebook: one row per student and exercise, CSV and JSON, and a summary.
+"""From what the judge decided to a gradebook: one row per student and exercise, CSV and JSON; one row per
+student with the points of each exercise and a total (``totals``); and a summary.
+
+Points: an exercise passed earns its points, anything else none; each exercise is worth 1 unless a points table
+(``read_points``: CSV lines `exercise,points`, the instructor's) says otherwise.
 
 The CSV is for a spreadsheet and Python's `csv` module alike: every field at most ``FIELD_CHARS`` characters (a
 cut message says so; the JSON beside it, `grades.json`, keeps it whole), no control characters, and no field
@@ -93,24 +97,70 @@ def _cell(value: object) -> object:
     return "'" + text if formula else text
 
 
-def write(rows: list[Row], path: Path, as_json: bool, limits: dict) -> None:
-    """The gradebook: JSON {"limits": ..., "rows": [...]} at `path`, or CSV with COLUMNS at `path` and the same
-    JSON, whole, beside it (`grades.json` for `grades.csv`)."""
+def read_points(path: Path | None) -> dict[str, float]:
+    """The points table: `exercise,points` per line (a header line `exercise,points` allowed); {} for None. A
+    ValueError names a line that is not an exercise and a number of points, 0 or more."""
+    if path is None:
+        return {}
+    table: dict[str, float] = {}
+    for number, line in enumerate(csv.reader(path.read_text(encoding="utf-8").splitlines()), 1):
+        if not line or line == ["exercise", "points"]:
+            continue
+        try:
+            exercise, points = line[0].strip(), float(line[1])
+            if len(line) != 2 or not re.fullmatch(r"\d+\.\d+", exercise) or not points >= 0:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise ValueError(f"{path}, line {number}: {','.join(line)!r} is not `exercise,points` (say `2.1,3`: an "
+                             "exercise number and its points, 0 or more)") from None
+        table[exercise] = int(points) if points.is_integer() else points
+    return table
+
+
+def totals(rows: list[Row], points: dict[str, float]) -> tuple[list[str], list[dict]]:
+    """(the columns, one row per student): each exercise's points earned (its points when passed, else 0), the
+    total and what it was out of (the exercises of the labs the student returned)."""
+    exercises = list(dict.fromkeys(r.exercise for r in rows if r.exercise))
+    table: dict[str, dict] = {}
+    for r in rows:
+        row = table.setdefault(r.student, {"student": r.student})
+        if r.exercise:
+            worth = points.get(r.exercise, 1)
+            row[r.exercise] = worth if r.status == "passed" else 0
+            row["out of"] = row.get("out of", 0) + worth
+    for row in table.values():
+        row["total"] = sum(row.get(ex, 0) for ex in exercises)
+        row.setdefault("out of", 0)
+    return ["student", *exercises, "total", "out of"], list(table.values())
+
+
+def write(rows: list[Row], path: Path, as_json: bool, limits: dict, points: dict[str, float] | None = None) -> Path:
+    """The gradebook: JSON {"limits": ..., "rows": [...], "students": [...]} at `path`, or CSV with COLUMNS at
+    `path`, the same JSON, whole, beside it (`grades.json` for `grades.csv`), and one row per student with points
+    and a total (`grades_students.csv`). Returns the per-student file (the JSON itself in JSON mode)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     clean = [{k: _text(v) for k, v in asdict(r).items()} for r in rows]
-    whole = json.dumps({"limits": limits, "rows": clean}, indent=1, ensure_ascii=False) + "\n"
+    columns, students = totals(rows, points or {})
+    students = [{k: _text(v) for k, v in s.items()} for s in students]
+    whole = json.dumps({"limits": limits, "rows": clean, "students": students}, indent=1, ensure_ascii=False) + "\n"
     if as_json:
         path.write_text(whole, encoding="utf-8")
-        return
+        return path
     path.with_suffix(".json").write_text(whole, encoding="utf-8")
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows({k: _cell(v) for k, v in r.items()} for r in clean)
+    book = path.with_name(f"{path.stem}_students.csv")
+    with book.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows({k: _cell(v) for k, v in s.items()} for s in students)
+    return book
 
 
-def summary(rows: list[Row]) -> str:
-    """A few lines for the terminal: per lab and exercise, how many of each status."""
+def summary(rows: list[Row], points: dict[str, float] | None = None) -> str:
+    """A few lines for the terminal: per lab and exercise, how many of each status; then each student's total."""
     lines = []
     for lab in sorted({r.lab for r in rows}):
         mine = [r for r in rows if r.lab == lab]
@@ -118,4 +168,9 @@ def summary(rows: list[Row]) -> str:
         for ex in dict.fromkeys(r.exercise for r in mine):
             counts = Counter(r.status for r in mine if r.exercise == ex)
             lines.append(f"  {ex or '-':>5}  " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
+    _, students = totals(rows, points or {})
+    if students:
+        lines.append("Totals:")
+        width = max(len(s["student"]) for s in students)
+        lines += [f"  {s['student']:<{width}}  {s['total']:g} / {s['out of']:g}" for s in students]
     return "\n".join(lines)
