@@ -59,6 +59,7 @@ def test_errors_name_the_bad_value(call, match):
 
 def test_offload_is_a_round_trip():
     assert rl.offload_seconds(10 ** 9, 2e10) == pytest.approx(0.1)
+    assert rl.offload_seconds(0, 2e10) == 0.0  # nothing saved: nothing to move
 
 
 def test_specs_carry_sources_and_sane_magnitudes():
