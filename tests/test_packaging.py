@@ -46,3 +46,9 @@ def test_installs_take_the_locked_versions_and_the_lock_leaves_torch_to_its_pin(
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = {re.split(r"[<>=!~ ]", _normal(r))[0] for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
     assert declared - {"torch"} <= names, f"not locked: {sorted(declared - {'torch'} - names)}"
+
+
+def test_make_lab_serves_jupyterlab_without_its_news_pop_up():
+    """The browser tests run JupyterLab with news_url empty; students get the same lab, no toast over the first cell."""
+    lab = (ROOT / "tools" / "kit.mk").read_text().split("\nlab:")[1].split("\n\n")[0]
+    assert "-m jupyter lab" in lab and "--LabApp.news_url= " in lab

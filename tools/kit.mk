@@ -47,7 +47,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 START ?= $(firstword $(wildcard notebooks/00_start_here.ipynb) $(sort $(wildcard notebooks/*.ipynb)))
 
 lab: $(STAMP)
-	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=. \
+	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=. --LabApp.news_url= \
 	  $(if $(START),--LabApp.default_url=/lab/tree/$(START)) $(ROOT_FLAG)
 
 doctor: $(STAMP)
