@@ -73,3 +73,43 @@ def test_every_link_between_pages_resolves_and_each_lab_links_its_neighbours(sit
     for before, after in zip(SOLUTIONS, SOLUTIONS[1:]):
         assert f"{after.stem}.html" in _parsed(site / f"{before.stem}.html").hrefs
         assert f"{before.stem}.html" in _parsed(site / f"{after.stem}.html").hrefs
+
+
+class _Fetched(HTMLParser):
+    """Every script, stylesheet, image or frame a page would fetch, and its text outside scripts and styles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetched: list[str] = []
+        self.text: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):  # type: ignore[no-untyped-def]
+        found = dict(attrs)
+        if tag in ("script", "img", "iframe") and found.get("src"):
+            self.fetched.append(found["src"])
+        if tag == "link" and found.get("href"):
+            self.fetched.append(found["href"])
+        self._skip += tag in ("script", "style")
+
+    def handle_endtag(self, tag):  # type: ignore[no-untyped-def]
+        self._skip -= tag in ("script", "style")
+
+    def handle_data(self, data):  # type: ignore[no-untyped-def]
+        if not self._skip:
+            self.text.append(data)
+
+
+def test_every_page_reads_offline_and_shows_nothing_meant_for_the_tests_or_a_kernel(site):
+    """No script, stylesheet or image from elsewhere (a firewalled classroom's page would wait on it); no nbval
+    marker, solution marker, frozen progress bar or widget repr in what the reader sees."""
+    for page in sorted(site.glob("*.html")):
+        parsed = _Fetched()
+        parsed.feed(page.read_text())
+        outside = [u for u in parsed.fetched if re.match(r"(https?:)?//", u)]
+        assert not outside, (page.name, outside)
+        assert "await import(" not in page.read_text(), page.name  # no module loaded from a CDN either
+        text = "".join(parsed.text)
+        for leftover in ("NBVAL_", "BEGIN SOLUTION", "END SOLUTION", "VBox(children", "it/s]"):
+            assert leftover not in text, (page.name, leftover)
+    assert "run it to use it" in (site / "03_sqrt_n.html").read_text()  # lab 03's explorer, as a note

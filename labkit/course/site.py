@@ -6,7 +6,11 @@ index and the labs before and after it at the top and the bottom, and an
 index page in lab order with one line per lab: its title and the first
 sentence of its introduction. The index is itself a notebook of markdown
 cells, converted by the same exporter, so every page looks alike. Nothing
-needs Python to read it.
+needs Python to read it, nor the network: the template (site_template/)
+loads no script from elsewhere. What is for the kit's tests and generator,
+not the reader, is dropped from the code shown (`# NBVAL_*` lines, the
+solution markers), progress bars frozen at their first frame are left out,
+and a widget, which needs a kernel, shows a note instead of its repr.
 """
 from __future__ import annotations
 
@@ -17,6 +21,13 @@ import nbformat
 from nbconvert import HTMLExporter
 
 from labkit.course.catalog import LABS
+from labkit.stubs import BEGIN, END
+
+TEMPLATE = Path(__file__).resolve().parent / "site_template"
+WIDGET = "application/vnd.jupyter.widget-view+json"
+WIDGET_REPR = re.compile(r"^(VBox|HBox|Box|GridBox|Tab|Accordion|Output|interactive|[A-Z]\w*(Slider|Dropdown|Button))\(")
+PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+/\d+")  # tqdm's text: a bar frozen at the frame the notebook was saved in
+WIDGET_NOTE = "(an interactive widget: open the notebook in JupyterLab and run it to use it)"
 
 TITLE = re.compile(r"^#\s+(.+?)\s*$", re.M)
 INDEX_TITLE = "Activation checkpointing, hands on: the solved labs"
@@ -60,6 +71,26 @@ def _local_links(source: str) -> str:
                   f"{m.group(2) or ''})", source)
 
 
+def _for_reading(cell: nbformat.NotebookNode) -> None:
+    """A code cell as the reader sees it: without the test and generator markers, its widgets a note."""
+    if cell.cell_type != "code":
+        return
+    cell.source = "\n".join(line for line in cell.source.splitlines()
+                             if not line.lstrip().startswith("# NBVAL_") and BEGIN not in line and END not in line)
+    outputs = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {})
+        text = data.get("text/plain", "")
+        text = text if isinstance(text, str) else "".join(text)
+        if set(data) <= {"text/plain", WIDGET} and PROGRESS.search(text):
+            continue  # a progress bar (a widget, saved as its first frame)
+        if WIDGET in data or (set(data) == {"text/plain"} and WIDGET_REPR.match(text)):
+            outputs.append(nbformat.v4.new_output("stream", name="stdout", text=WIDGET_NOTE + "\n"))
+            continue
+        outputs.append(output)
+    cell.outputs = outputs
+
+
 def build(solutions: Path, out: Path) -> list[Path]:
     """Write the site of every lab of the catalog, from its solution in `solutions`, into `out`; the pages
     written, index first."""
@@ -69,7 +100,8 @@ def build(solutions: Path, out: Path) -> list[Path]:
         raise FileNotFoundError(f"{solutions}: no {', '.join(missing)} to build the site from")
     read = [nbformat.read(path, as_version=4) for path in notebooks]
     pages = [(f"{path.stem}.html", _title(nb, path.stem)) for path, nb in zip(notebooks, read)]
-    exporter = HTMLExporter(template_name="lab")
+    exporter = HTMLExporter(template_name="lab", extra_template_paths=[str(TEMPLATE)],
+                            template_file="offline.html.j2")
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"* [{title}]({page}): {_summary(nb)}" for (page, title), nb in zip(pages, read)]
     index = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
@@ -82,6 +114,7 @@ def build(solutions: Path, out: Path) -> list[Path]:
         for cell in nb.cells:
             if cell.cell_type == "markdown":
                 cell.source = _local_links(cell.source)
+            _for_reading(cell)
         nav = _nav(pages, i)
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(nav))
         nb.cells.append(nbformat.v4.new_markdown_cell(nav))
