@@ -138,6 +138,10 @@ def test_a_budget_nothing_fits_names_the_least_that_does():
         plan_for(profile, 20)
     assert plan_for(profile, 42) == [Step(0, 1, RECOMPUTE), Step(1, 2, RECOMPUTE)]
     assert plan_for(profile, 45) == [Step(0, 1, RECOMPUTE), Step(1, 2, KEEP)]
+    big = Profile((BlockCosts(3 * 2**20, 2**20, 1.0, beside=2**19),) * 2, 2**20, 0, 1.0)  # MiB said as such
+    with pytest.raises(ValueError, match=r"budget=1,048,576 B \(1\.00 MiB\); the least that fits is "
+                                         r"4,718,592 B \(4\.50 MiB\)"):
+        plan_for(big, 2**20)
 
 
 @pytest.mark.parametrize("make, words", [
