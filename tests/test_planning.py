@@ -220,16 +220,16 @@ def capstone():
     return lab07.capstone(lk.sizes(), repeats=1)
 
 
-def test_every_scheme_and_the_plan_are_predicted_to_a_percent_of_the_meter(capstone):
-    # the bar is a quarter; the model is exact up to a few bytes of bookkeeping tensors, and a selective block's
-    # backward, measured alone, may peak a little differently inside the model (seen: 0.45% on tiny sizes)
+def test_every_scheme_and_the_plan_are_never_predicted_below_the_meter_and_at_most_a_kibibyte_above(capstone):
+    # the model is exact up to a few bytes of bookkeeping: a selective last block's output, priced at 0 (the
+    # next block's norm keeps it anyway), is counted once too often here (256 B on tiny sizes)
     c, n = capstone, len(capstone.profile.blocks)
     budget = lab07.budget_between(c.profile, n)
     plans = {"planner": plan_for(c.profile, budget), **{s: scheme_plan(s, n) for s in lk.plans.SCHEMES}}
     for name, plan in plans.items():
         model = copy.deepcopy(c.model)
         measured = measure_step(model, torch.optim.Adam(model.parameters()), c.tokens, c.loss, plan)
-        assert abs(peak_of(plan, c.profile) - measured) <= 0.01 * measured, (name, peak_of(plan, c.profile), measured)
+        assert measured <= peak_of(plan, c.profile) <= measured + 1024, (name, peak_of(plan, c.profile), measured)
         if name == "planner":
             assert measured <= budget
 
@@ -314,6 +314,24 @@ def test_blocks_that_return_more_than_a_tensor_are_refused_not_guessed():
     # recomputation by the gradients made before block 0's backward, whose output gets none: refused, saying why
     with pytest.raises(ValueError, match=r"block blocks\.0 \(Pair\) returns tuple, not one tensor"):
         profile_model(PairChain(), torch.randn(8, 64), lambda out: out.square().mean(), repeats=1)
+
+
+class Reversed(nn.Module):
+    """Its forward runs its blocks last to first: their backwards come in the list's order, not the reverse."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_mlp(64, 256) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in reversed(self.blocks):
+            x = block(x)
+        return x
+
+
+def test_blocks_run_out_of_the_lists_order_are_refused_not_guessed():
+    with pytest.raises(ValueError, match=r"cannot tell the blocks' backwards apart"):
+        profile_model(Reversed(), torch.randn(8, 64), lambda out: out.square().mean(), repeats=1)
 
 
 def test_a_model_whose_forward_runs_other_blocks_than_its_own_is_refused():
