@@ -211,15 +211,18 @@ def test_guard_puts_back_sys_hooks_and_a_swapped_module_and_names_them():
     guard.arm()
     try:
         sys.setprofile(lambda *a: None)
+        sys.settrace(lambda *a: None)
         builtins.input = lambda *a: "yes"
         sys.modules["torch.utils.checkpoint"] = object()
         changed = guard.verify()
         after = sys.getprofile(), sys.gettrace(), builtins.input, sys.modules["torch.utils.checkpoint"]
     finally:
         sys.setprofile(None)
+        sys.settrace(tracer)
         builtins.input = before_input
         sys.modules["torch.utils.checkpoint"] = real
-    assert {"sys.getprofile", "builtins.input", "sys.modules.torch.utils.checkpoint"} <= set(changed), changed
+    assert {"sys.getprofile", "sys.gettrace", "builtins.input", "sys.modules.torch.utils.checkpoint"} <= set(changed), \
+        changed
     assert after == (None, tracer, before_input, real)  # the guard put each back
 
 
