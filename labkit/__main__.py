@@ -164,6 +164,10 @@ def _grade(args: argparse.Namespace) -> int:
     except grade.GradeError as e:
         print(f"labkit grade: {e}", file=sys.stderr)
         return 2
+    unknown = sorted(set(points) - {r.exercise for r in rows})
+    if unknown:
+        print(f"labkit grade: --points names {', '.join(unknown)}, not an exercise graded here; those points count "
+              "for nothing (each graded exercise it does not name is worth 1)", file=sys.stderr)
     book = report.write(rows, out, args.json, limits, points)
     print(report.summary(rows, points))
     print(f"labkit grade: {len(rows)} rows written to {args.out}" +

@@ -394,9 +394,9 @@ def test_the_json_gradebook_is_written_into_a_new_folder_and_again_over_itself(t
     whole = json.loads(out.read_text())
     assert whole["limits"] == {"seed": 3} and [r["student"] for r in whole["rows"]] == ["ann", "bob", "bob"]
     assert report.summary(rows).splitlines() == [f"Lab {LAB}: 2 submissions", "    2.1  1 passed, 1 failed",
-                                                 "    2.2  1 passed", "Totals:", "  ann  1 / 1", "  bob  1 / 2"]
-    assert whole["students"] == [{"student": "ann", "2.1": 1, "out of": 1, "total": 1},
-                                 {"student": "bob", "2.1": 0, "out of": 2, "2.2": 1, "total": 1}]
+                                                 "    2.2  1 passed", "Totals:", "  ann  1 / 2", "  bob  1 / 2"]
+    assert whole["students"] == [{"student": "ann", "2.1": 1, "2.2": 0, "total": 1, "out of": 2},  # 2.2: not returned
+                                 {"student": "bob", "2.1": 0, "2.2": 1, "total": 1, "out of": 2}]
 
 
 def test_one_row_per_student_with_the_instructors_points_and_a_total(tmp_path):
@@ -415,7 +415,10 @@ def test_one_row_per_student_with_the_instructors_points_and_a_total(tmp_path):
     assert [(r["student"], r["2.1"], r["2.2"], r["2.3"], r["total"], r["out of"]) for r in back] == [
         ("ann", "3", "0", "1", "4", "4.5"), ("'=cal", "0", "0.5", "0", "0.5", "4.5")]
     assert "  =cal  0.5 / 4.5" in report.summary(rows, points)
-    for bad in ("2.1,lots", "two,1", "2.1,-1", "2.1"):
+    unread = [*rows, report.Row("dan", "?", "", "error", "not a valid notebook")]  # dan's only file: no lab's
+    assert report.totals(unread, points)[1][-1] == {"student": "dan", "2.1": 0, "2.2": 0, "2.3": 0, "total": 0,
+                                                     "out of": 4.5}
+    for bad in ("2.1,lots", "two,1", "2.1,-1", "2.1", "2.1,inf", "2.1,nan"):
         table.write_text(bad + "\n")
         with pytest.raises(ValueError, match="is not `exercise,points`"):
             report.read_points(table)

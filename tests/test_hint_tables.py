@@ -28,8 +28,16 @@ def test_every_hint_is_used_and_no_hint_is_typed_twice(package):
         assert f'"{literal[:40]}' not in code and f"'{literal[:40]}" not in code, literal
 
 
+def _normal(text: str) -> str:
+    """Text to compare code in: whitespace dropped, and every one-letter name the same (`t` for `x` hides no
+    answer)."""
+    import re
+
+    return re.sub(r"\s+", "", re.sub(r"\b[A-Za-z]\b", "_", text))
+
+
 def _answer_lines(notebook: Path) -> list[str]:
-    """Every line of the notebook's answer regions, comments and whitespace dropped."""
+    """Every line of the notebook's answer regions, comments and whitespace dropped (``_normal``)."""
     import re
 
     import nbformat
@@ -42,7 +50,7 @@ def _answer_lines(notebook: Path) -> list[str]:
             if BEGIN in line or END in line:
                 inside = BEGIN in line
                 continue
-            code = re.sub(r"\s+", "", line.split("#")[0])
+            code = _normal(line.split("#")[0])
             if inside and code:
                 lines.append(code)
     return lines
@@ -66,12 +74,12 @@ def test_no_hint_repeats_a_piece_of_its_labs_answers(lab):
     module = importlib.import_module(f"{lab.checks}.hints" if lab.checks in LABS else lab.checks)
     hints = [v for n, v in vars(module).items() if n.isupper() and isinstance(v, str)]
     hints += [h for _, h in getattr(module, "KNOWN_ERRORS", ())]
-    shown = re.sub(r"\s+", "", "".join(c.source for c in nbformat.read(lab.student(root), as_version=4).cells))
+    shown = _normal("".join(c.source for c in nbformat.read(lab.student(root), as_version=4).cells))
     answers = _answer_lines(lab.solution(root))
     assert answers
     found = []
     for hint in hints:
-        text = re.sub(r"\s+", "", hint)
+        text = _normal(hint)
         for line in answers:
             m = difflib.SequenceMatcher(None, text, line, autojunk=False).find_longest_match(0, len(text), 0, len(line))
             piece = text[m.a:m.a + m.size]

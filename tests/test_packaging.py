@@ -48,7 +48,22 @@ def test_installs_take_the_locked_versions_and_the_lock_leaves_torch_to_its_pin(
     assert declared - {"torch"} <= names, f"not locked: {sorted(declared - {'torch'} - names)}"
 
 
-def test_make_lab_serves_jupyterlab_without_its_news_pop_up():
-    """The browser tests run JupyterLab with news_url empty; students get the same lab, no toast over the first cell."""
-    lab = (ROOT / "tools" / "kit.mk").read_text().split("\nlab:")[1].split("\n\n")[0]
-    assert "-m jupyter lab" in lab and "--LabApp.news_url= " in lab
+def test_make_lab_serves_jupyterlab_without_its_news_pop_up(tmp_path):
+    """The browser tests' settings turn the "get notified about Jupyter news?" toast off; make lab writes the same
+    into the venv's overrides.json before it serves, keeping a setting already there."""
+    import json
+    import subprocess
+    import sys
+
+    makefile = (ROOT / "tools" / "kit.mk").read_text()
+    code = next(l for l in makefile.splitlines() if l.startswith("export NO_NEWS := ")).split(":= ", 1)[1]
+    lab = makefile.split("\nlab:")[1].split("\n\n")[0]
+    assert lab.index('$(PY) -c "$$NO_NEWS"') < lab.index("-m jupyter lab")
+    overrides = tmp_path / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    overrides.parent.mkdir(parents=True)
+    overrides.write_text(json.dumps({"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}}))
+    for _ in range(2):  # twice: the second run changes nothing
+        subprocess.run([sys.executable, "-c", f"import sys; sys.prefix = {str(tmp_path)!r}\n{code}"], check=True)
+    assert json.loads(overrides.read_text()) == {
+        "@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"},
+        "@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}

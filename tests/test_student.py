@@ -58,7 +58,9 @@ def test_student_view_clears_outputs_and_keeps_everything_else():
                  solved_cell("def f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
                  solved_cell("print(42)"))
     view = student.student_view(nb, "t.ipynb")
-    assert view.cells[0] == nb.cells[0]
+    assert view.cells[0].source == nb.cells[0].source and view.cells[0].id == nb.cells[0].id
+    for cell in view.cells:  # each carries what the generator wrote: a student's edit shows against it
+        assert cell.metadata["labkit"] == {"generated": student.generated_digest(cell.source)}
     assert "Exercise 1.2: double it" in view.cells[1].source and "2 * x" not in view.cells[1].source
     assert view.cells[2].source == "print(42)"
     for cell in view.cells[1:]:
@@ -147,9 +149,9 @@ def test_write_then_check_is_clean_and_detects_drift(tmp_path):
     views.write(root, DEMO)
     assert views.check(root, DEMO) == []
     nb = nbformat.read(root / "notebooks" / "01_demo.ipynb", as_version=4)
-    nb.cells[1].source += "\n# edited by hand"
+    nb.cells[1].source += "\n# edited by hand"  # by whoever: someone's work, never overwritten
     nbformat.write(nb, root / "notebooks" / "01_demo.ipynb")
-    assert views.check(root, DEMO) == ["notebooks/01_demo.ipynb: out of date (cell 1 differs from the solution's student view)"]
+    assert views.check(root, DEMO) == [views.keep_your_work(Path("notebooks/01_demo.ipynb"), ["Exercise 1.1"])]
 
 
 def test_check_reports_leaked_markers_and_orphans(tmp_path):
@@ -209,33 +211,61 @@ def test_cli_check_exits_nonzero_when_stale(tmp_path):
     assert run_cli(root, "student", "--check").returncode == 0
 
 
-def _autosave_an_answer(root: Path) -> tuple[Path, str]:
-    """What JupyterLab's autosave leaves in notebooks/ once a student answered Exercise 1.1: the stub replaced."""
+def _autosave(root: Path, edit) -> tuple[Path, str]:
+    """What JupyterLab's autosave leaves in notebooks/ once a student worked: `edit` changes the notebook."""
     path = root / "notebooks" / "01_demo.ipynb"
     nb = nbformat.read(path, as_version=4)
-    answer = next(c for c in nb.cells if "NotImplementedError" in c.source)
-    answer.source = "def f():\n    return 1  # my answer"
-    answer.outputs, answer.execution_count = [], 3
+    edit(nb)
     nbformat.write(nb, path)
     return path, path.read_text()
 
 
-def test_an_autosaved_answer_survives_every_command_that_regenerates_or_checks(tmp_path):
+def _stub(nb):
+    return next(c for c in nb.cells if "NotImplementedError" in c.source)
+
+
+def _answer(nb):
+    _stub(nb).source = "def f():\n    return 1  # my answer"
+
+
+def _half_way(nb):  # typed above the stub, which is still there
+    _stub(nb).source = _stub(nb).source.replace("# YOUR CODE HERE", "x = 1  # started")
+
+
+def _new_cell(nb):
+    nb.cells.append(new_code_cell("def helper():\n    return 2"))
+
+
+def _pasted(nb):  # the stub cell cut, pasted back with another id, and answered there
+    cell = _stub(nb)
+    cell.id, cell.source = "pasted1", "def f():\n    return 1"
+
+
+@pytest.mark.parametrize("edit, where", [(_answer, "Exercise 1.1"), (_half_way, "Exercise 1.1"),
+                                         (_new_cell, "Exercise 1.1"), (_pasted, "Exercise 1.1")],
+                         ids=["answered", "half-way", "a-new-cell", "pasted-with-a-new-id"])
+def test_an_autosaved_answer_survives_every_command_that_regenerates_or_checks(tmp_path, edit, where):
     root = kit(tmp_path, good_solution())
     views.write(root, DEMO)
-    path, saved = _autosave_an_answer(root)
-    assert views.check(root, DEMO) == [views.keep_your_work(Path("notebooks/01_demo.ipynb"), ["1.1"])]
-    with pytest.raises(student.NotebookError, match=r"notebooks/01_demo.ipynb holds answers \(Exercise 1.1"):
+    path, saved = _autosave(root, edit)
+    assert views.check(root, DEMO) == [views.keep_your_work(Path("notebooks/01_demo.ipynb"), [where])]
+    with pytest.raises(student.NotebookError, match=r"notebooks/01_demo.ipynb holds your work \(Exercise 1.1"):
         views.write(root, DEMO)
     (root / "solutions" / "01_demo.ipynb").write_text(good_solution().replace("one", "one, reworded"))  # stale too
     for args, code in ((("student",), 2), (("student", "--check"), 1)):
         result = run_cli(root, *args)
-        assert result.returncode == code and "holds answers (Exercise 1.1" in result.stderr, result.stderr
+        assert result.returncode == code and "holds your work (Exercise 1.1" in result.stderr, result.stderr
         assert "cp notebooks/01_demo.ipynb" in result.stderr and "Regenerate" not in result.stderr
         assert path.read_text() == saved
-    nb = nbformat.read(path, as_version=4)  # its stub back (the student kept a copy): regenerated again
-    next(c for c in nb.cells if "my answer" in c.source).source = "def f():\n    raise NotImplementedError(\"Exercise 1.1: one\")"
-    nbformat.write(nb, path)
+
+
+def test_a_stale_view_nobody_edited_is_regenerated_even_where_a_given_cell_became_an_exercise(tmp_path):
+    given = make_nb(new_markdown_cell("## Exercise 1.1: one"), solved_cell("def f():\n    return 1"))
+    root = kit(tmp_path, nbformat.writes(given))
+    views.write(root, DEMO)
+    (root / "solutions" / "01_demo.ipynb").write_text(good_solution())  # the given cell is now an exercise's
+    assert views.check(root, DEMO) == ["notebooks/01_demo.ipynb: out of date (cell 1 differs from the solution's "
+                                       "student view)"]
     assert run_cli(root, "student").returncode == 0 and views.check(root, DEMO) == []
 
 

@@ -46,8 +46,13 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Serves the kit's folder (notebooks/, and solutions/ where there is one) and opens the first notebook.
 START ?= $(firstword $(wildcard notebooks/00_start_here.ipynb) $(sort $(wildcard notebooks/*.ipynb)))
 
+# JupyterLab's "get notified about Jupyter news?" toast, off for this venv's JupyterLab (its overrides.json, as
+# the browser tests' settings do); a setting already there is kept
+export NO_NEWS := import json, pathlib, sys; p = pathlib.Path(sys.prefix, "share", "jupyter", "lab", "settings", "overrides.json"); p.parent.mkdir(parents=True, exist_ok=True); d = json.loads(p.read_text()) if p.exists() else {}; d.setdefault("@jupyterlab/apputils-extension:notification", {}).setdefault("fetchNews", "false"); p.write_text(json.dumps(d, indent=1) + "\n")
+
 lab: $(STAMP)
-	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=. --LabApp.news_url= \
+	@$(PY) -c "$$NO_NEWS"
+	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=. \
 	  $(if $(START),--LabApp.default_url=/lab/tree/$(START)) $(ROOT_FLAG)
 
 doctor: $(STAMP)

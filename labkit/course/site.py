@@ -25,8 +25,9 @@ from labkit.stubs import BEGIN, END
 
 TEMPLATE = Path(__file__).resolve().parent / "site_template"
 WIDGET = "application/vnd.jupyter.widget-view+json"
-WIDGET_REPR = re.compile(r"^(VBox|HBox|Box|GridBox|Tab|Accordion|Output|interactive|[A-Z]\w*(Slider|Dropdown|Button))\(")
-PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+/\d+")  # tqdm's text: a bar frozen at the frame the notebook was saved in
+WIDGET_REPR = re.compile(r"^(VBox|HBox|GridBox|Tab|Accordion|interactive|\w+(Slider|Dropdown|Button))\(children=|"
+                         r"^\w+(Slider|Dropdown|Button)\(")  # an ipywidget's repr: what a page cannot run
+PROGRESS = re.compile(r"^[^\n]*\d+%\|[^\n]*\| *\d+/\d+ \[\d+:\d+<[^\n]*(it/s|s/it)\]\s*$")  # tqdm's one line
 WIDGET_NOTE = "(an interactive widget: open the notebook in JupyterLab and run it to use it)"
 
 TITLE = re.compile(r"^#\s+(.+?)\s*$", re.M)
@@ -82,7 +83,7 @@ def _for_reading(cell: nbformat.NotebookNode) -> None:
         data = output.get("data", {})
         text = data.get("text/plain", "")
         text = text if isinstance(text, str) else "".join(text)
-        if set(data) <= {"text/plain", WIDGET} and PROGRESS.search(text):
+        if set(data) <= {"text/plain", WIDGET} and PROGRESS.match(text):
             continue  # a progress bar (a widget, saved as its first frame)
         if WIDGET in data or (set(data) == {"text/plain"} and WIDGET_REPR.match(text)):
             outputs.append(nbformat.v4.new_output("stream", name="stdout", text=WIDGET_NOTE + "\n"))

@@ -16,6 +16,7 @@ heading above the region.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -123,7 +124,14 @@ def student_view(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
         tags = out.cells[index].metadata.setdefault("tags", [])
         if RAISES not in tags:
             tags.append(RAISES)
+    for cell in out.cells:  # what the generator wrote, so that it can tell a student's edit from a stale view
+        cell.metadata["labkit"] = {"generated": generated_digest(cell.source)}
     return out
+
+
+def generated_digest(source: str) -> str:
+    """The digest a generated cell carries of its source (nbgrader keeps a checksum the same way)."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def _names(tree: ast.Module) -> tuple[set[str], set[str]]:

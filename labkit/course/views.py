@@ -17,7 +17,7 @@ import nbformat
 from labkit.course import catalog
 from labkit.course.catalog import Lab
 from labkit.course.student import (
-    Exercise, NotebookError, export_source, read, solution_regions, strip_nbval, student_view,
+    Exercise, NotebookError, export_source, generated_digest, read, solution_regions, strip_nbval, student_view,
 )
 from labkit.stubs import BEGIN, END, EXPORT, HEADING, IN_SOURCE
 
@@ -117,33 +117,53 @@ def _views(root: Path, labs: Sequence[Lab]) -> dict[Path, str]:
 
 
 def answered(expected: str, path: Path) -> list[str]:
-    """The exercises whose answer cell in the notebook at `path` holds work of its own: a cell that is a stub in
-    the generated view (`expected`), matched by id, whose stub line is gone from the file (a student's answer,
-    autosaved by JupyterLab). A stale view whose stubs are as generated holds none."""
+    """What of the notebook at `path` is a student's work, not the generator's: each cell whose source no longer
+    matches the digest the generator wrote into it (student.generated_digest), or that carries none (a cell the
+    student added), named by the exercise it sits under ("a cell of their own" before any exercise). A stale view,
+    edited by nobody, holds none: its cells match the digests of the view they were generated in."""
     try:
-        have = {c.get("id"): c for c in read(path).cells if c.cell_type == "code"}
+        cells = read(path).cells
     except NotebookError:
         return []
+    if not any("labkit" in c.get("metadata", {}) for c in cells):
+        return _replaced_stubs(expected, cells)  # generated before the digests: its stubs are all it can tell by
+    found, exercise = [], None
+    for cell in cells:
+        heading = HEADING.findall(cell.source) if cell.cell_type == "markdown" else []
+        digest = cell.get("metadata", {}).get("labkit", {}).get("generated")
+        if digest != generated_digest(cell.source):
+            where = f"Exercise {exercise}" if exercise else "a cell of their own"
+            if where not in found:
+                found.append(where)
+        if heading:
+            exercise = heading[-1][0]
+    return found
+
+
+def _replaced_stubs(expected: str, cells: list) -> list[str]:
+    """The exercises whose stub cell (by id, in the view `expected`) lost its stub line: what a notebook generated
+    without digests can tell of a student's work."""
+    have = {c.get("id"): c for c in cells if c.cell_type == "code"}
     found = []
     for cell in nbformat.reads(expected, as_version=4).cells:
         stubs = IN_SOURCE.findall(cell.source) if cell.cell_type == "code" else []
         mine = have.get(cell.get("id"))
         if stubs and mine is not None and not IN_SOURCE.search(mine.source):
-            found += stubs
+            found += [f"Exercise {s}" for s in stubs if f"Exercise {s}" not in found]
     return found
 
 
-def keep_your_work(rel: Path, exercises: list[str]) -> str:
-    """What to say of a notebook that holds a student's answers: it is not overwritten, and how to keep them."""
-    return (f"{rel} holds answers (Exercise {', '.join(exercises)}: the stub replaced), not a stale copy: it is "
+def keep_your_work(rel: Path, where: list[str]) -> str:
+    """What to say of a notebook that holds a student's work: it is not overwritten, and how to keep it."""
+    return (f"{rel} holds your work ({', '.join(where)}: edited since it was generated), not a stale copy: it is "
             f"never overwritten. To keep your work and get the kit's notebook back: cp {rel} ~/{rel.name} && "
             f"git checkout {rel}")
 
 
 def write(root: Path, labs: Sequence[Lab] | None = None) -> list[Path]:
     """Regenerate notebooks/, labkit/reference/ and labkit/labs/ from solutions/ for `labs` (default: the
-    catalog's); returns the files written. A student notebook holding answers (`answered`) is refused, by name,
-    before anything is written."""
+    catalog's); returns the files written. A student notebook holding work of its own (`answered`) is refused,
+    by name, before anything is written."""
     views = _views(root, catalog.LABS if labs is None else labs)
     for path, text in views.items():
         if path.suffix == ".ipynb" and path.exists() and path.read_text() != text:

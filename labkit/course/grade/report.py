@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -108,30 +109,28 @@ def read_points(path: Path | None) -> dict[str, float]:
             continue
         try:
             exercise, points = line[0].strip(), float(line[1])
-            if len(line) != 2 or not re.fullmatch(r"\d+\.\d+", exercise) or not points >= 0:
+            if len(line) != 2 or not re.fullmatch(r"\d+\.\d+", exercise) or not 0 <= points < math.inf:
                 raise ValueError
         except (ValueError, IndexError):
             raise ValueError(f"{path}, line {number}: {','.join(line)!r} is not `exercise,points` (say `2.1,3`: an "
-                             "exercise number and its points, 0 or more)") from None
+                             "exercise number and its points, a finite number, 0 or more)") from None
         table[exercise] = int(points) if points.is_integer() else points
     return table
 
 
 def totals(rows: list[Row], points: dict[str, float]) -> tuple[list[str], list[dict]]:
-    """(the columns, one row per student): each exercise's points earned (its points when passed, else 0), the
-    total and what it was out of (the exercises of the labs the student returned)."""
+    """(the columns, one row per student): each exercise of every lab graded, with its points earned (its points
+    when passed, else 0: a lab a student did not return, or a file that was no lab's, earns 0), the total, and
+    what every student's total is out of (all those exercises)."""
     exercises = list(dict.fromkeys(r.exercise for r in rows if r.exercise))
-    table: dict[str, dict] = {}
-    for r in rows:
-        row = table.setdefault(r.student, {"student": r.student})
-        if r.exercise:
-            worth = points.get(r.exercise, 1)
-            row[r.exercise] = worth if r.status == "passed" else 0
-            row["out of"] = row.get("out of", 0) + worth
-    for row in table.values():
-        row["total"] = sum(row.get(ex, 0) for ex in exercises)
-        row.setdefault("out of", 0)
-    return ["student", *exercises, "total", "out of"], list(table.values())
+    passed = {(r.student, r.exercise) for r in rows if r.status == "passed"}
+    out_of = sum(points.get(ex, 1) for ex in exercises)
+    table = []
+    for student in dict.fromkeys(r.student for r in rows):
+        row = {"student": student, **{ex: points.get(ex, 1) if (student, ex) in passed else 0 for ex in exercises}}
+        row["total"], row["out of"] = sum(row[ex] for ex in exercises), out_of
+        table.append(row)
+    return ["student", *exercises, "total", "out of"], table
 
 
 def write(rows: list[Row], path: Path, as_json: bool, limits: dict, points: dict[str, float] | None = None) -> Path:
