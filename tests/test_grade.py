@@ -173,6 +173,7 @@ def test_scan_flags_what_an_answer_has_no_business_doing(source, finding):
     "os.environ['X'] = '1'",
     "from labkit.labs.recompute import checkpoint  # an earlier lab's code: allowed",
     "import numpy as np\nimport math",
+    "from labkit.reference.recompute import checkpoint  # a shipped answer of a lab not withheld",
 ])
 def test_scan_leaves_ordinary_answers_alone(source):
     assert scan(source) == []
@@ -381,6 +382,8 @@ def test_a_failed_row_keeps_its_whole_message_without_the_hint_and_a_lost_cell_s
                 "2.2": _outcome("passed", "[ex 2.2] passed: fine\nmore"), "2.3": _outcome("not attempted", "stub")}
     rows = report.rows("ann", LAB, ["2.1", "2.2", "2.3"], outcomes, "", {}, {}, {"2.3"})
     assert rows[0].message == "[ex 2.1] grad: expected 1,\ngot 2." and "Hint" not in rows[0].message
+    long = report.rows("ann", LAB, ["2.1"], {"2.1": _outcome("failed", "x" * 1500)}, "", {}, {}, set())
+    assert len(long[0].message) == 1000  # a failed message is kept to its first 1000 characters
     assert rows[1].message == "[ex 2.2] passed: fine"
     assert rows[2].status == "not attempted" and rows[2].message.startswith("stub (its exercise cell is not in")
 
