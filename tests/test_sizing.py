@@ -76,7 +76,8 @@ def test_only_batches_scale_so_every_lab_keeps_its_ratios():
 @pytest.mark.parametrize("text, value", [("16GiB", 16 * GIB), ("16 GiB", 16 * GIB), ("24GB", 24 * 10**9),
                                          ("1.5G", 15 * 10**8), ("2048MiB", 2 * GIB), ("4096", 4096), (4096, 4096),
                                          ("2kb", 2000), ("3K", 3000), ("5KiB", 5 * 2**10), ("7m", 7 * 10**6),
-                                         ("1tb", 10**12), ("2TiB", 2 * 2**40), ("9b", 9), ("1g", 10**9)])
+                                         ("1tb", 10**12), ("2TiB", 2 * 2**40), ("9b", 9), ("1g", 10**9), ("3MB", 3 * 10**6),
+                                         ("4t", 4 * 10**12), ("5gb", 5 * 10**9)])
 def test_memory_amounts_are_read(text, value):
     assert sizing.parse_bytes(text) == value
 
