@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTES = ("docs/design.md", "CONTRIBUTING.md")
 CITATION = re.compile(r"(docs/design\.md|CONTRIBUTING\.md),? \"([^\"]+)\"")
 # notes that live outside the repository, where a maintainer who clones the kit cannot read them
-OUTSIDE = re.compile(r"\bDESIGN\.md|\bSTYLE\.md|\bSTYLE rule|\bEXAMPLES\.md|\bFACTS\.md|\.\./shared")
+OUTSIDE = re.compile(r"\bDESIGN\.md|\bSTYLE\.md|\bSTYLE rule|\bEXAMPLES\.md|\bFACTS\b|\.\./shared")
 RULE = re.compile(r"\bRule ([A-Z0-9])\b")
 
 
@@ -53,3 +53,4 @@ def test_the_checker_catches_a_dangling_citation(tmp_path):
     found = CITATION.findall('Rules (see docs/design.md, "No such heading"):')
     assert found == [("docs/design.md", "No such heading")] and "No such heading" not in _headings("docs/design.md")
     assert OUTSIDE.search("(DESIGN.md, \"One truth\")") and OUTSIDE.search("STYLE rule 8")
+    assert OUTSIDE.search("at step 150, see\nFACTS).") and OUTSIDE.search("FACTS.md")
