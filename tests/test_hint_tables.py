@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -31,15 +32,11 @@ def test_every_hint_is_used_and_no_hint_is_typed_twice(package):
 def _normal(text: str) -> str:
     """Text to compare code in: whitespace dropped, and every one-letter name the same (`t` for `x` hides no
     answer)."""
-    import re
-
     return re.sub(r"\s+", "", re.sub(r"\b[A-Za-z]\b", "_", text))
 
 
 def _answer_lines(notebook: Path) -> list[str]:
     """Every line of the notebook's answer regions, comments and whitespace dropped (``_normal``)."""
-    import re
-
     import nbformat
 
     from labkit.stubs import BEGIN, END
@@ -66,7 +63,6 @@ def test_no_hint_repeats_a_piece_of_its_labs_answers(lab):
     whitespace dropped) or a piece of one (LEAK or more), that the student's notebook does not show anyway,
     hands the answer over."""
     import difflib
-    import re
 
     import nbformat
 

@@ -16,14 +16,13 @@ from torch import nn
 
 from labkit.instruments.blocks import block_inputs, blocks_of
 from labkit.instruments.meter import MemoryMeter
-from labkit.instruments.ops import trace
 from labkit.instruments.roofline import measure_host_bandwidth
 from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import compare
 from labkit.planners.measuring import (
     forward_seconds, nbytes, saved_by, saved_under, step_seconds, train_step, working_copy,
 )
-from labkit.planners.ways import offloaded, policy_of, selective
+from labkit.planners.ways import offloaded, policy_of, selective, traced
 from labkit.plans.plan import OFFLOAD, SELECTIVE, BlockCosts, Option, Profile
 
 __all__ = ["profile_model"]
@@ -80,7 +79,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
         options: dict[str, Option] = {}
         core = getattr(getattr(block, "attn", None), "core", None)
         if isinstance(core, nn.Module):
-            ops = trace(block, h.requires_grad_(), model=block, time=False)
+            ops = traced(block, h)
             keep = policy_of(ops, block, "profile_model")  # as `applied` traces it (lab 04's rule checked)
             kept = nbytes(h) + kept_bytes(ops, keep)  # what the policy caches, beyond what a plain block saves too
             wrap = selective(keep, [r.key for r in ops], "profile_model")

@@ -7,7 +7,7 @@ a handed-out one).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -81,26 +81,15 @@ def selective(keep: frozenset[str], keys: Sequence[str] | None = None, who: str 
 
     def context_fn() -> tuple[Any, Any]:
         forward, recompute = policy()
-        if keys is None:
-            return forward, recompute
-        stack = contextlib.ExitStack()
-        checked = _Checked(stack, forward, _SameOps(keys, who))
-        return checked, recompute
+        return (forward if keys is None else _entered(forward, _SameOps(keys, who))), recompute
     return lambda block, x: torch_checkpoint(block, x, use_reentrant=False, context_fn=context_fn)
 
 
-class _Checked:
-    """A context entering `first` then `mode`, and leaving them in reverse: SAC's forward context with the check."""
-
-    def __init__(self, stack: contextlib.ExitStack, first: Any, mode: Any) -> None:
-        self.stack, self.first, self.mode = stack, first, mode
-
-    def __enter__(self) -> None:
-        self.stack.enter_context(self.first)
-        self.stack.enter_context(self.mode)
-
-    def __exit__(self, *exc: object) -> None:
-        self.stack.__exit__(*exc)
+@contextlib.contextmanager
+def _entered(first: Any, then: Any) -> Iterator[None]:
+    """SAC's forward context, then the check inside it."""
+    with first, then:
+        yield
 
 
 def offloaded(block: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
