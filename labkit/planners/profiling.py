@@ -17,13 +17,14 @@ from torch import nn
 from labkit.instruments.blocks import block_inputs, blocks_of
 from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.roofline import measure_host_bandwidth
-from labkit.instruments.tensors import cuda_devices
+from labkit.instruments.tensors import cuda_devices, tensor_storages
 from labkit.instruments.timing import compare
+from labkit.planners.applying import applied
 from labkit.planners.measuring import (
     forward_seconds, nbytes, saved_by, saved_under, step_seconds, train_step, working_copy,
 )
 from labkit.planners.ways import offloaded, policy_of, selective, traced
-from labkit.plans.plan import OFFLOAD, SELECTIVE, BlockCosts, Option, Profile
+from labkit.plans.plan import OFFLOAD, SELECTIVE, BlockCosts, Option, Profile, scheme_plan
 
 __all__ = ["profile_model"]
 
@@ -41,7 +42,8 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
     and the policy's bookkeeping). offload (CUDA only): keeps its input's bytes on the device (a selective block
     before it keeps its output there), holds act and what it stages, costs a round trip of act at the measured
     device-host speed. beside, base and floor: the meter's timeline of a steady step (``_moments``), its peak
-    while each block's backward runs less the blocks' activations alive then; its peak from the blocks' forward
+    while each block's backward runs less the blocks' activations alive then (or, where more, that less its
+    act and the inputs before it, in a step under full recomputation: its rebuild); its peak from the blocks' forward
     to their backward less all of them; its peak where no plan changes anything (the optimizer step, what comes
     before the blocks); step: that step's median seconds. seconds_from:
     take every time from that profile (of the same model at another batch) instead of measuring: bytes only,
@@ -65,9 +67,12 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     step()  # gradients and Adam's state exist from here on
     ins = block_inputs(model, lambda: model(x), "profile_model")  # each block h -> h, or refused by name
     windows, top, fixed = _moments(model, opt, x, step)
+    with applied(model, scheme_plan("full", len(ins))):  # each block's rebuild, under full recomputation
+        rebuilds, _, _ = _moments(model, opt, x, train_step(model, opt, x, loss_fn))
     t_step = step_seconds(step, x.device, repeats, warmup=0) if seconds_from is None else seconds_from.step
     saved, _ = saved_by(model, x, loss_fn)
     blocks = blocks_of(model)
+    kept_after = _saved_later(model, x, [m for _, m in blocks])
     act = [saved_under(saved, fqn) for fqn, _ in blocks]
     # offload's price: a device -> pinned host -> device round trip per byte, measured
     per_byte = 2 / measure_host_bandwidth(x.device, mib=16) if x.is_cuda and seconds_from is None else None
@@ -82,6 +87,8 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
             ops = traced(block, h)
             keep = policy_of(ops, block, "profile_model")  # as `applied` traces it (lab 04's rule checked)
             kept = nbytes(h) + kept_bytes(ops, keep)  # what the policy caches, beyond what a plain block saves too
+            if not kept_after[i]:  # lab 04 prices the block's output at 0: what comes after keeps it; here nothing does
+                kept += sum(r.output_bytes for r in ops if r.is_output and r.key in keep)
             wrap = selective(keep, [r.key for r in ops], "profile_model")
             t = _extra_seconds(block, h, wrap, repeats) if given is None else given.options[SELECTIVE].seconds
             options[SELECTIVE] = Option(kept, max(kept, a + _extra_held(block, h, wrap)), t)
@@ -91,8 +98,11 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
         fwd = forward_seconds(block, (h,), repeats) if given is None else given.fwd
         costs.append(BlockCosts(a, nbytes(h), fwd, options))
     # beside each block's backward, and beside everything kept at the top: the measured peaks less the blocks'
-    # activations alive then (plainly, block i's backward runs while blocks 0..i keep theirs)
-    beside = [max(0, w - sum(act[:i + 1])) for i, w in enumerate(windows)]
+    # activations alive then (plainly, block i's backward runs while blocks 0..i keep theirs; rebuilt under full
+    # recomputation, while blocks 0..i-1 keep their inputs and block i has its act again). The larger of the two:
+    # a rebuild remakes the block's output and its forward's temporaries, which its backward may not have alive
+    beside = [max(0, w - sum(act[:i + 1]), r - sum(c.inp for c in costs[:i]) - act[i])
+              for i, (w, r) in enumerate(zip(windows, rebuilds))]
     costs = [dataclasses.replace(c, beside=b) for c, b in zip(costs, beside)]
     return Profile(tuple(costs), max(0, top - sum(act)), fixed, t_step)
 
@@ -146,6 +156,32 @@ def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
                          "each take one tensor and return one, each called once per step, in order")
     windows = [peak(stops[i + 1] if i + 1 < n else starts[i], stops[i]) for i in range(n)]
     return windows, peak(first, starts[-1]), fixed
+
+
+def _saved_later(model: nn.Module, x: torch.Tensor, blocks: list[nn.Module]) -> list[bool]:
+    """For each block, whether autograd saves (a view of) its output after the block's forward, plainly: what
+    comes after it (the next block, the head) keeps that tensor whatever the block's way."""
+    outs: list[torch.UntypedStorage | None] = [None] * len(blocks)  # held: no later storage takes their address
+    later: list[bool] = [False] * len(blocks)
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key = {st._cdata for st in tensor_storages(t)}
+        for i, o in enumerate(outs):
+            later[i] = later[i] or (o is not None and o._cdata in key)
+        return t
+
+    def on_forward(i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+            outs[i] = out.untyped_storage() if isinstance(out, torch.Tensor) else None
+        return hook
+
+    with contextlib.ExitStack() as stack:
+        for i, b in enumerate(blocks):
+            stack.callback(b.register_forward_hook(on_forward(i)).remove)
+        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
+        with torch.random.fork_rng(devices=cuda_devices(x, model)):
+            model(x)
+    return later
 
 
 def _extra_seconds(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any], repeats: int) -> float:

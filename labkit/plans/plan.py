@@ -19,7 +19,8 @@ way lab 03's did, per block, with the two moments a step's peak can fall at:
 - a block's backward: what the blocks before it keep, what it holds (a segment: its blocks' act, rebuilt at
   once, then freed block by block from the last), plus the block's ``beside`` (everything else then:
   parameters, the optimizer's state, the gradients made so far, its own and every later block's included, the
-  gradient flowing back).
+  gradient flowing back; or, where more, what is alive beside its act while it is rebuilt: the output and the
+  forward's temporaries a rebuild remakes, which its backward need not have alive).
 
 Nothing falls below ``floor``, the peak of the moments no plan changes: the optimizer step, and what comes before
 the blocks (an embedding, say) running its forward or, after theirs, its backward.
