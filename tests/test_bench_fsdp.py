@@ -64,6 +64,11 @@ def test_every_rank_holds_the_bars_and_the_losses_match_one_process(no_child_lef
     for rank in range(RANKS):  # sharding halves the state; checkpointing cuts the activations
         assert abs(RANKS * state["sharded"][rank] - state["plain"][rank]) <= 0.01 * state["plain"][rank]
         assert acts["checkpointed"][rank] < acts["plain"][rank] / 4
+    gathers = figures["per_rank_all_gathers"]  # checkpointing rides on the backward's all-gather: it adds none
+    n = figures["config"]["n_layers"]
+    for rank in range(RANKS):
+        assert gathers["plain"][rank] == gathers["checkpointed"][rank] == 0
+        assert gathers["sharded"][rank] == gathers["sharded_checkpointed"][rank] == 2 * n + 1, gathers
 
 
 def test_a_failing_rank_is_named_and_no_child_survives(no_child_left):

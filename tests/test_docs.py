@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTES = ("docs/design.md", "CONTRIBUTING.md")
 CITATION = re.compile(r"(docs/design\.md|CONTRIBUTING\.md),? \"([^\"]+)\"")
 # notes that live outside the repository, where a maintainer who clones the kit cannot read them
-OUTSIDE = re.compile(r"\bDESIGN\.md|\bSTYLE\.md|\bSTYLE rule|\bEXAMPLES\.md|\bFACTS\b|\.\./shared")
+OUTSIDE = re.compile(r"\b(DESIGN|STYLE|EXAMPLES|FACTS)\b|\bSTYLE rule|\.\./shared")  # with .md or without
 RULE = re.compile(r"\bRule ([A-Z0-9])\b")
 
 
@@ -54,3 +54,5 @@ def test_the_checker_catches_a_dangling_citation(tmp_path):
     assert found == [("docs/design.md", "No such heading")] and "No such heading" not in _headings("docs/design.md")
     assert OUTSIDE.search("(DESIGN.md, \"One truth\")") and OUTSIDE.search("STYLE rule 8")
     assert OUTSIDE.search("at step 150, see\nFACTS).") and OUTSIDE.search("FACTS.md")
+    assert all(OUTSIDE.search(f"as {n} says") and OUTSIDE.search(f"({n}.md)") for n in ("DESIGN", "STYLE", "EXAMPLES"))
+    assert not OUTSIDE.search("docs/design.md, the design, a style of examples, facts")

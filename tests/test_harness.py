@@ -198,6 +198,16 @@ def test_the_harness_needs_a_comparison_and_checks_what_it_returns(gpt):
         harness.compare_step(*gpt, plain)
     with pytest.raises(TypeError, match="returned bool"):
         harness.compare_step(*gpt, plain, difference=lambda name, a, b: True)
+    for bad in (None, "difference", 3):  # refused by name before any step runs, not failing inside one
+        with pytest.raises(TypeError, match=r"compare_step: difference must be callable"):
+            harness.compare_step(*gpt, plain, difference=bad)
+
+
+def test_the_default_loss_is_the_mean_square_of_the_floating_outputs_only():
+    """A model may return integer tensors and other values beside its floating outputs (a tuple, as
+    transformers blocks do): the default loss reads the floating tensors and nothing else."""
+    out = (torch.full((2, 2), 2.0), torch.tensor([5, 7]), None, "meta", [torch.full((3,), 3.0)])
+    assert harness._mean_square(out).item() == 4.0 + 9.0
 
 
 def test_report_reads_by_name_and_says_what_it_compared():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DESIGN = ROOT / "docs" / "design.md"
+DESIGN_NOTE = ROOT / "docs" / "design.md"
 ROW = re.compile(r"^\| ([a-z ]+) \| (`labkit[^|]*) \| ([^|]+) \|$", re.M)
 ROOT_PACKAGE = "labkit"  # a row's `labkit` is the package's own __init__.py, not everything inside it
 
@@ -158,7 +158,7 @@ def kit_sources() -> dict[str, str]:
 
 # ---------------------------------------------------------------- the kit as it is
 def test_every_import_goes_where_the_table_allows():
-    assert violations(kit_sources(), DESIGN.read_text()) == []
+    assert violations(kit_sources(), DESIGN_NOTE.read_text()) == []
 
 
 def test_no_import_cycle_among_labkit_modules():
@@ -201,7 +201,7 @@ def test_labkit_keeps_at_most_eight_files_at_its_top_level():
 def test_a_planted_upward_import_is_named_with_its_file_line_and_rule(where, planted, rule):
     sources = kit_sources()
     sources[where] += "\n" + planted + "\n"
-    found = violations(sources, DESIGN.read_text())
+    found = violations(sources, DESIGN_NOTE.read_text())
     line = len(sources[where].splitlines())  # the planted import's last line
     assert len(found) == 1 and found[0].startswith(f"{where}:") and rule in found[0], found
     assert int(found[0].split(":")[1]) in (line, line - 1)
@@ -216,12 +216,12 @@ def test_a_planted_cycle_is_found():
 def test_a_new_module_in_no_row_is_named():
     sources = kit_sources()
     sources["labkit/stray.py"] = "from labkit.course import grade\n"  # not the surface: the root is only itself
-    (found,) = violations(sources, DESIGN.read_text())
+    (found,) = violations(sources, DESIGN_NOTE.read_text())
     assert found.startswith("labkit/stray.py:1: labkit.stray or labkit.course.grade is in no group")
 
 
 def test_an_import_by_a_computed_name_is_refused():
     sources = kit_sources()
     sources["labkit/models/gpt.py"] += "\nimport importlib\nname = 'labkit.' + 'course'\nimportlib.import_module(name)\n"
-    (found,) = violations(sources, DESIGN.read_text())
+    (found,) = violations(sources, DESIGN_NOTE.read_text())
     assert "imports a name computed at run time" in found

@@ -26,7 +26,7 @@ def test_environment_yml_lists_exactly_the_pyproject_dependencies():
 def test_makefile_installs_a_pinned_torch_before_the_kit():
     makefile = (ROOT / "tools" / "kit.mk").read_text()  # the Makefile includes it; a student bundle ships it
     assert re.search(r"^TORCH_SPEC \?= torch==\d+\.\d+\.\d+$", makefile, re.M)
-    assert makefile.index('"$(TORCH_SPEC)"') < makefile.index('-e ".[dev]"')
+    assert makefile.index('"$(TORCH_SPEC)"') < makefile.index('-e ".$(EXTRAS)"')
     assert "--system-site-packages" in makefile  # an existing torch (GPU hub image) is reused
 
 
@@ -67,3 +67,20 @@ def test_make_lab_serves_jupyterlab_without_its_news_pop_up(tmp_path):
     assert json.loads(overrides.read_text()) == {
         "@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"},
         "@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}
+
+
+def test_a_student_bundle_installs_the_notebooks_tools_and_the_repository_its_developer_tools_too(tmp_path):
+    """`make -n` prints the install rule's commands with EXTRAS expanded: `.[dev]` where the kit's tests are
+    (this repository), plain `.` in a folder without them (a student bundle ships kit.mk as its Makefile)."""
+    import shutil
+    import subprocess
+
+    def install_line(folder: Path) -> str:
+        out = subprocess.run(["make", "-n", "-B", "-f", str(ROOT / "tools" / "kit.mk"), "-C", str(folder), ".venv/.installed"],
+                             capture_output=True, text=True, check=True).stdout
+        return next(l for l in out.splitlines() if "pip install --progress-bar on -e" in l)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", bundle)
+    assert '-e ".[dev]"' in install_line(ROOT)
+    assert '-e "."' in install_line(bundle) and "[dev]" not in install_line(bundle)

@@ -233,3 +233,23 @@ def test_both_planners_fit_every_budget_on_the_whole_block_and_greedy_keeps_ever
                    "each rounded up: keeping every candidate no longer fits the DP, though it fits the budget")
 def test_knapsack_keeps_everything_when_everything_fits_on_the_whole_block():
     assert S.knapsack_keep(BLOCK, TOTAL) == EVERYTHING
+
+
+def test_pytorch_asks_a_selective_policy_in_forward_only_and_ctx_is_recompute_is_always_false():
+    """What lab 04's torch_policy comment says of torch 2.13: the policy is asked once per op call in forward and
+    never in the recomputation (its cache serves that by index), and ctx.is_recompute is False throughout."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    asked: list[bool] = []
+
+    def policy(ctx, func, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        asked.append(ctx.is_recompute)
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    w = torch.randn(8, 8, requires_grad=True)
+    fn = lambda h: torch.tanh(h @ w) @ w  # noqa: E731
+    out = checkpoint(fn, torch.randn(4, 8), use_reentrant=False,
+                     context_fn=lambda: create_selective_checkpoint_contexts(policy))
+    in_forward = len(asked)
+    out.sum().backward()
+    assert in_forward >= 3 and len(asked) == in_forward and not any(asked)

@@ -11,6 +11,9 @@ TORCH_SPEC ?= torch==2.13.0
 # Extra pip arguments for torch alone, e.g. a CPU wheel index on a Linux laptop.
 TORCH_PIP_ARGS ?=
 STAMP  := $(VENV)/.installed
+# The kit's developer tools (pytest, nbval, Playwright, transformers: `make test`) where its tests are; a student
+# bundle has none, so `make lab` there installs what the notebooks use and nothing more
+EXTRAS ?= $(if $(wildcard tests/conftest.py),[dev],)
 # The exact versions the kit was tested with (`make lock` writes it): installs take them, so a release of
 # JupyterLab or ipywidgets in week 6 does not change the lab for whoever installs then. `make lab LOCK=` installs
 # the newest versions pyproject.toml allows instead (another Python than the lock's may need it).
@@ -30,12 +33,19 @@ $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	  fi; \
 	fi
 	@if ! $(PY) -c 'import torch' 2>/dev/null; then \
-	  echo "labkit: installing $(TORCH_SPEC)"; \
-	  $(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
+	  echo "labkit: step 1 of 2, installing $(TORCH_SPEC) on its own (pip shows its progress)"; \
+	  if [ -z "$(TORCH_PIP_ARGS)" ] && [ "$$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null; then \
+	    echo "labkit: no NVIDIA GPU here (no nvidia-smi). On Linux the torch wheel of the public index is a CUDA"; \
+	    echo "labkit: build of several GB; the CPU build is a 192 MB wheel (754 MB installed; torch 2.13.0, Python"; \
+	    echo "labkit: 3.11). For it, stop (Ctrl-C) and run: make lab TORCH_PIP_ARGS='--index-url <the CPU index>'"; \
+	    echo "labkit: (PyTorch's install selector, Linux, Pip, CPU, gives that index)."; \
+	  fi; \
+	  $(PY) -m pip install --progress-bar on $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
 	fi
 	@if [ -f "$(LOCK)" ] && $(PY) -c "$$LOCK_FITS" "$(LOCK)"; then set -- -c "$(LOCK)"; \
 	elif [ -f "$(LOCK)" ]; then echo "labkit: $(LOCK) was made with a newer Python than $$($(PY) -V); installing the newest versions pyproject.toml allows"; fi; \
-	$(PY) -m pip install -q -e ".[dev]" "$$@" || { \
+	echo "labkit: step 2 of 2, installing the kit$(if $(EXTRAS), and its developer tools,) (JupyterLab, ipywidgets, matplotlib: a few minutes)"; \
+	$(PY) -m pip install --progress-bar on -e ".$(EXTRAS)" "$$@" || { \
 	  echo "labkit: the install failed$(if $(wildcard $(LOCK)), with the tested versions of $(LOCK); \`make $(firstword $(MAKECMDGOALS) lab) LOCK=\` installs without them)"; \
 	  exit 1; }
 	@touch $(STAMP)

@@ -175,12 +175,20 @@ def _train(combination: str, cfg: GPTConfig, x: torch.Tensor, ranks: int, steps:
     """Train one combination for `steps` steps on this rank; its losses and the figures of the measured step."""
     model = build(combination, cfg, x.device)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    losses, metered = _train_steps(model, opt, x, ranks, steps)
+    losses, metered = _train_steps(model, opt, x, ranks, steps, _collectives)
     if metered is None:
         return {"losses": losses}
-    meter, activations, _ = metered
+    meter, activations, collectives = metered
     return {"losses": losses, "peak_bytes": meter.peak, "peak_phase": meter.peak_phase,
-            "activation_bytes": activations, "state_bytes": _nbytes(_state(model, opt))}
+            "activation_bytes": activations, "state_bytes": _nbytes(_state(model, opt)),
+            "all_gathers": collectives["all_gathers"], "reduce_scatters": collectives["reduce_scatters"]}
+
+
+@contextlib.contextmanager
+def _collectives() -> Iterator[Counter[str]]:
+    """FSDP's all-gathers and reduce-scatters while inside (``_CollectiveCounter``)."""
+    with _CollectiveCounter() as counter:
+        yield counter.counts
 
 
 def _train_steps(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, ranks: int, steps: int,
@@ -250,6 +258,7 @@ def fsdp(size: Sizes | None = None, *, timeout: float = 120.0, fault: Fault | No
             "bars_hold": _bars_hold(per_rank("peak_bytes")),
             "per_rank_state_bytes": per_rank("state_bytes"), "per_rank_activation_bytes": per_rank("activation_bytes"),
             "per_rank_peak_phase": per_rank("peak_phase"),
+            "per_rank_all_gathers": per_rank("all_gathers"), "per_rank_reduce_scatters": per_rank("reduce_scatters"),
             "losses": losses, "reference_losses": reference, "loss_max_rel_diff": rel, "loss_rtol": RTOL,
             "config": {"seq": cfg.seq, "global_batch": cfg.batch, "micro_batch": cfg.batch // RANKS,
                        "hidden": cfg.hidden, "heads": cfg.heads, "n_layers": cfg.n_layers, "dropout": cfg.dropout},

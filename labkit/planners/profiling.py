@@ -198,8 +198,9 @@ def _extra_seconds(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any], 
 def _extra_held(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any]) -> int:
     """Bytes more that a forward and backward of `block` has alive at its peak under wrap(block, x) than plainly
     (the meter, on x's device, each from no gradients and the same random draws): what the way rebuilds or
-    stages beyond what the block holds plainly. PyTorch's selective checkpoint, for one, runs the whole forward
-    again in backward, and the outputs it recomputes meet the ones it kept."""
+    stages beyond what the block holds plainly. PyTorch's selective checkpoint, for one, reruns the block in
+    backward (its kept ops served from its cache, the others run again), and the outputs it recomputes meet
+    the ones it kept."""
     def peak(run: Callable[[torch.Tensor], torch.Tensor]) -> int:
         for p in block.parameters():
             p.grad = None

@@ -111,7 +111,9 @@ def torch_policy(keep: Collection[str]) -> Callable[[], Any]:
     keep = frozenset(keep)
 
     def context_fn() -> Any:
-        counts: dict[bool, dict[str, int]] = {False: {}, True: {}}  # forward and recomputation count apart
+        # forward and recomputation count apart: PyTorch once asked the policy in both; 2.13 asks in forward
+        # only (its cache serves the recomputation by index) and ctx.is_recompute is deprecated, always False
+        counts: dict[bool, dict[str, int]] = {False: {}, True: {}}
 
         def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
             key = next_key(counts[ctx.is_recompute], func)
