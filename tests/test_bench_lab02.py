@@ -22,3 +22,16 @@ def test_recompute_comparison_on_tiny_reports_every_key_and_equal_gradients():
 def test_recompute_comparison_rejects_a_non_callable():
     with pytest.raises(TypeError, match="checkpoint must be callable"):
         bench.recompute_comparison("checkpoint", lk.sizes("tiny"))
+
+
+def test_an_unfinished_checkpoint_fails_before_anything_is_measured(monkeypatch):
+    """Run All on a student notebook: a stub must fail at once, not after the other variants' steps and timings."""
+    def stub(fn, *args):
+        raise NotImplementedError("Exercise 2.1: a checkpoint")
+    steps = []
+    monkeypatch.setattr(bench.lab02, "measure_peak", lambda *a, **k: pytest.fail("measured before the stub failed"))
+    real = bench.lab02.stack_step
+    monkeypatch.setattr(bench.lab02, "stack_step", lambda m, x, c: (steps.append(c), real(m, x, c))[1])
+    with pytest.raises(NotImplementedError, match="Exercise 2.1"):
+        bench.recompute_comparison(stub, lk.sizes("tiny"))
+    assert steps == [stub]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import labkit as lk
 from labkit.bench import lab03
 
@@ -49,3 +51,15 @@ def test_segments_explorer_builds_and_follows_its_sliders():
     import pytest
     with pytest.raises(ValueError, match="need 1 <= segments"):
         lk.widgets.segments_explorer(model, 1, 1, n_layers=4, segments=5)
+
+
+def test_an_unfinished_exercise_fails_before_the_sweep_times_anything(monkeypatch):
+    """Run All on a student notebook: segment_peak's or checkpoint_segments' stub fails at once, not after the
+    first timing of the sweep."""
+    monkeypatch.setattr(lab03, "step_time_ratio", lambda *a, **k: pytest.fail("timed before the stub failed"))
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError("Exercise 3.2: the model")
+    for peak, segments in ((stub, lambda ls, h, k, c: h), (lambda n, k, **c: 1, stub)):
+        with pytest.raises(NotImplementedError, match="Exercise 3.2"):
+            lab03.segments_sweep(segments, peak, lambda f, h: f(h), lk.sizes("tiny"), 4, [1, 2], progress=False)

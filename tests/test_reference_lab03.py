@@ -166,3 +166,20 @@ def test_profiled_heterogeneous_chain_fits_its_predictions():
         measured = activation_peak(chain, x, lambda ls, h, s=schedule: S.run_schedule(ls, h, s))
         assert measured <= S.peak_of(schedule, costs) <= budget
     assert S.recompute_cost(optimal, costs) < S.recompute_cost(sqrt_n, costs)
+
+
+def test_a_chain_that_keeps_nothing_fits_a_budget_of_its_extra_bytes_alone():
+    """Room 0 (budget == extra) is a budget, not a refusal: layers that save nothing fit it, kept plainly."""
+    from labkit.reference.sqrt_n import ChainCosts, Segment, plan
+    costs = ChainCosts(act=[0, 0], inp=[0, 0], fwd=[1.0, 1.0], extra=100)
+    assert plan(costs, 100) == [Segment(0, 2, False)]
+    assert plan(costs, 99) is None
+
+
+def test_the_planner_counts_bytes_in_at_most_4096_units():
+    """Past 4096 units of the chain's common divisor, the unit grows to total/4096, rounded up (never
+    optimistic): 4097 bytes of a gcd of 1 count in units of 2."""
+    from labkit.reference.sqrt_n import ChainCosts, _slots
+    unit, act, inp = _slots(ChainCosts(act=[2048, 2047], inp=[1, 1], fwd=[1.0, 1.0], extra=0))
+    assert (unit, act, inp) == (2, [1024, 1024], [1, 1])
+    assert _slots(ChainCosts(act=[2047, 2047], inp=[1, 1], fwd=[1.0, 1.0], extra=0))[0] == 1  # 4096 units: kept

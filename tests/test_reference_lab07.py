@@ -128,7 +128,8 @@ def test_plan_for_is_plan_blocks_or_a_value_error_naming_the_least_budget(profil
     assert least > budget
     with pytest.raises(ValueError, match=re.escape(f"budget={budget:,} B")) as info:
         C.plan_for(profile, budget)
-    assert f"the least that fits is {least:,} B" in str(info.value)
+    assert f"the least that fits is {least:,} B ({least / 2**20:.2f} MiB)" in str(info.value)
+    assert f"budget={budget:,} B ({budget / 2**20:.2f} MiB)" in str(info.value)
     assert C.plan_for(profile, least) == C.plan_blocks(profile, least)
 
 
@@ -147,3 +148,12 @@ def test_a_coarse_unit_refuses_budgets_brute_force_fits_by_more_than_one_unit_wi
     assert C.least_budget(profile, 8) == lowest
     assert C.best_plan(profile, lowest, 8) == scheme_plan("full", 4)
     assert C.least_budget(profile) == lowest  # the default most: an exact unit of 1 B
+
+
+def test_plan_for_names_both_budgets_in_mebibytes_too():
+    profile = Profile(tuple(BlockCosts(3 * 2**20, 2**20, 1.0) for _ in range(3)), 0, 0, 1.0)
+    least = C.least_budget(profile)
+    with pytest.raises(ValueError) as info:
+        C.plan_for(profile, 2**20)
+    assert f"budget={2**20:,} B (1.00 MiB)" in str(info.value)
+    assert f"the least that fits is {least:,} B ({least / 2**20:.2f} MiB)" in str(info.value) and least > 2**20

@@ -124,3 +124,34 @@ def test_the_plot_draws_a_point_per_op_and_the_spec_roofs():
     assert any("spec sheet: H100" in label for label in labels) and any("random" in label for label in labels)
     with pytest.raises(ValueError, match="no op that moves data"):
         plots.roofline(CEIL, [record(view=True)])
+
+
+def test_each_simple_elementwise_op_counts_one_flop_per_element():
+    """Rule 2's table: add, sub, mul, div, rsub, neg and where do one operation per element they write."""
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+
+    def f(x):
+        y = (x + b) - b
+        y = (y * b) / (b.abs() + 1)
+        y = 1 - (-y)
+        return torch.where(y > 0, y, b)
+    ops = {r.op: r for r in trace(f, a, time=False)}
+    for name in ("add", "sub", "mul", "div", "rsub", "neg", "where"):
+        assert rl.flops(ops[name]) == ops[name].elements == 32, name
+
+
+def test_ceilings_are_frozen_and_take_any_positive_rate_even_below_one_per_second():
+    c = rl.Ceilings("a slow machine", torch.float32, peak_flops=0.5, peak_bandwidth=0.25, random_rate=0.5,
+                    special_rate=0.75)
+    assert (c.peak_flops, c.peak_bandwidth, c.random_rate, c.special_rate) == (0.5, 0.25, 0.5, 0.75)
+    with pytest.raises(AttributeError):
+        c.peak_flops = 1.0  # type: ignore[misc]
+    for bad in (0, -1.0):
+        with pytest.raises(rl.RooflineError, match="peak_bandwidth"):
+            rl.Ceilings("x", torch.float32, peak_flops=1.0, peak_bandwidth=bad, random_rate=None)
+
+
+def test_an_op_that_makes_a_one_byte_tensor_moves_data():
+    """A reduction to one bool (`any`) makes a storage of 1 byte: it is an op to price, not a view."""
+    (r,) = [r for r in trace(lambda x: (x > 0).any(), torch.randn(16), time=False) if r.op == "any"]
+    assert r.output_bytes == 1 and rl.moves_data(r)

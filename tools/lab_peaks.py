@@ -24,7 +24,7 @@ from dataclasses import replace
 import labkit
 from labkit.env import sizing as _z
 _profile = importlib.import_module("labkit.env.profile")
-_size = replace(_z.scaled({scale}), device="cpu") if {scale} else _profile.sizes("cpu")
+_size = replace(_z.scaled({scale}), device="cpu") if {scale} else _profile.sizes({profile!r})
 labkit.sizes = _profile.sizes = lambda name=None: _size
 _meter = labkit.MemoryMeter(history=True)
 _meter.__enter__()
@@ -41,17 +41,24 @@ print("LAB-PEAKS " + json.dumps({"rows": _rows, "predicted": _z.lab_peaks(_size)
 """
 
 
+def peaks(notebook: Path, scale: int = 0, profile: str = "cpu") -> dict:
+    """{"rows": [(peak bytes, cell source), ...], "predicted": lab_peaks(...)} of `notebook` run under the meter."""
+    nb = nbformat.read(notebook, as_version=4)
+    setup = SETUP.format(scale=scale, profile=profile)
+    nb.cells = [nbformat.v4.new_code_cell(setup), *nb.cells, nbformat.v4.new_code_cell(REPORT)]
+    NotebookClient(nb, timeout=3600, kernel_name="python3",
+                   resources={"metadata": {"path": str(notebook.resolve().parent)}}).execute()
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    return json.loads(text.split("LAB-PEAKS ", 1)[1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebook", type=Path)
     parser.add_argument("--scale", type=int, default=0, help="gpu shapes times this, on the CPU (default: cpu sizes)")
+    parser.add_argument("--profile", default="cpu", choices=("cpu", "tiny"), help="the sizes without --scale")
     args = parser.parse_args()
-    nb = nbformat.read(args.notebook, as_version=4)
-    nb.cells = [nbformat.v4.new_code_cell(SETUP.format(scale=args.scale)), *nb.cells, nbformat.v4.new_code_cell(REPORT)]
-    NotebookClient(nb, timeout=3600, kernel_name="python3",
-                   resources={"metadata": {"path": str(args.notebook.resolve().parent)}}).execute()
-    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
-    found = json.loads(text.split("LAB-PEAKS ", 1)[1])
+    found = peaks(args.notebook, args.scale, args.profile)
     lab = args.notebook.name[:2]
     for peak, source in sorted(found["rows"], reverse=True)[:5]:
         print(f"{peak / 2**20:10.1f} MiB  {source!r}")

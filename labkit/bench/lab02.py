@@ -112,6 +112,7 @@ def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> R
         return stack_step(model, x, ckpt)
 
     variants = {"none": _no_checkpoint, "torch": _torch_checkpoint, "yours": checkpoint}
+    step(checkpoint)()  # yours first: an unfinished exercise fails at once, before any measurement
     for ckpt in variants.values():  # one warm-up step each
         step(ckpt)()
         if ckpt is _no_checkpoint:  # one set of gradients kept at a time (memory: labkit.env.sizing)

@@ -1,0 +1,192 @@
+"""A real JupyterHub on loopback for the hub test: `Hub.start(folder)` boots JupyterHub with its
+configurable-http-proxy (from npm), a shared-password authenticator and one single-user JupyterLab per student
+from this venv, each in a home of its own under `folder`; `stop()` ends the hub, which stops every student's
+server (`cleanup_servers`), then anything of it still running. `Student` is one student in Chromium: log in,
+pull the bundle with an nbgitpuller link as the README says, Run All a notebook, and the peak memory (VmHWM) of
+the kernel and the server.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from jupyter_browser import _CELLS, _CURRENT, _IDLE, _OPEN, _RUN_ALL, _STARTED, SETTINGS, CellView, _free_port
+
+PROXY = shutil.which("configurable-http-proxy")
+PASSWORD = "labkit-hub-test"  # the shared password every student logs in with
+CONFIG = """
+c = get_config()  # noqa: F821
+c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{api_port}"
+c.ConfigurableHTTPProxy.command = [{proxy!r}]
+c.ConfigurableHTTPProxy.pid_file = {folder!r} + "/proxy.pid"
+c.JupyterHub.db_url = "sqlite:///" + {folder!r} + "/hub.sqlite"
+c.JupyterHub.cookie_secret_file = {folder!r} + "/cookie_secret"
+c.JupyterHub.pid_file = {folder!r} + "/hub.pid"
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.authenticator_class = "shared-password"
+c.SharedPasswordAuthenticator.user_password = {password!r}
+c.Authenticator.allow_all = True
+c.JupyterHub.spawner_class = "simple"  # every student's server as this user, in a home of its own
+c.SimpleLocalProcessSpawner.home_dir_template = {folder!r} + "/home/{{username}}"
+c.Spawner.cmd = [{singleuser!r}]
+c.Spawner.args = ["--allow-root", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
+                  "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+c.Spawner.default_url = "/lab"
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 120
+c.Spawner.environment = {environment!r}
+c.Spawner.environment["PYTHONPATH"] = lambda spawner: {folder!r} + "/home/" + spawner.user.name + "/" + {pythonpath!r}
+"""
+
+
+@dataclass
+class Hub:
+    """A JupyterHub this process started: its process, address and log."""
+
+    process: subprocess.Popen
+    url: str
+    folder: Path
+
+    @classmethod
+    def start(cls, folder: Path, environment: dict[str, str], pythonpath: str, timeout: float = 90) -> Hub:
+        """environment: every student's server's; pythonpath: a folder of each home put first on sys.path."""
+        settings = folder / "settings"
+        for plugin, values in SETTINGS.items():  # every cell rendered; nothing ever saved over a notebook
+            (settings / plugin).parent.mkdir(parents=True, exist_ok=True)
+            (settings / plugin).write_text(__import__("json").dumps(values))
+        port = _free_port()
+        config = folder / "jupyterhub_config.py"
+        config.write_text(CONFIG.format(
+            port=port, hub_port=_free_port(), api_port=_free_port(), proxy=PROXY, folder=str(folder),
+            password=PASSWORD, singleuser=str(Path(sys.executable).with_name("jupyterhub-singleuser")),
+            environment={**environment, "JUPYTERLAB_SETTINGS_DIR": str(settings)}, pythonpath=pythonpath))
+        log = folder / "hub.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen([str(Path(sys.executable).with_name("jupyterhub")), "-f", str(config)],
+                                       cwd=folder, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        hub = cls(process, f"http://127.0.0.1:{port}", folder)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"JupyterHub exited with {process.returncode}:\n{hub.log()}")
+            try:
+                with urllib.request.urlopen(f"{hub.url}/hub/login", timeout=5) as reply:
+                    if reply.status == 200:
+                        return hub
+            except OSError:
+                pass
+            time.sleep(0.5)
+        hub.stop()
+        raise RuntimeError(f"JupyterHub did not answer within {timeout:.0f} s:\n{hub.log()}")
+
+    def log(self) -> str:
+        return (self.folder / "hub.log").read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        """TERM the hub (it stops the students' servers and its proxy), then KILL whatever of it is left."""
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        for pid in processes(lambda env, cmd: env.get("JUPYTERHUB_API_URL", "").startswith("http://127.0.0.1")
+                             and str(self.folder) in env.get("HOME", "")):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def processes(match) -> list[int]:  # noqa: ANN001
+    """Pids of this machine's processes whose (environment, command line) match(env, cmd)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw_env = (entry / "environ").read_bytes()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        env = dict(kv.split("=", 1) for kv in raw_env.decode(errors="replace").split("\0") if "=" in kv)
+        if match(env, cmd):
+            found.append(int(entry.name))
+    return found
+
+
+def peak_rss(pid: int) -> int:
+    """Bytes of the process's peak resident memory (VmHWM), 0 if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class Student:
+    """One student's page in Chromium on the hub."""
+
+    def __init__(self, hub: Hub, context, name: str) -> None:  # noqa: ANN001
+        self.hub, self.name, self.page = hub, name, context.new_page()
+
+    def log_in(self) -> None:
+        self.page.goto(f"{self.hub.url}/hub/login", wait_until="domcontentloaded")
+        self.page.fill("#username_input", self.name)
+        self.page.fill("#password_input", PASSWORD)
+        self.page.click("#login_submit")
+        self.page.wait_for_url(f"**/user/{self.name}/**", timeout=180_000)
+        self._wait_for_lab()
+
+    def pull(self, repo: str, urlpath: str) -> None:
+        """The README's nbgitpuller link, opened as a student clicks it."""
+        query = urllib.parse.urlencode({"repo": repo, "branch": "main", "urlpath": urlpath})
+        self.page.goto(f"{self.hub.url}/hub/user-redirect/git-pull?{query}", wait_until="domcontentloaded")
+        self.page.wait_for_url(f"**/user/{self.name}/lab/**", timeout=180_000)
+        self._wait_for_lab()
+
+    def _wait_for_lab(self) -> None:
+        self.page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined",
+                                    timeout=180_000)
+        self.page.evaluate("async () => { await window.jupyterapp.started; await window.jupyterapp.restored; }")
+
+    def start_run_all(self, path: str) -> None:
+        """Open `path` (relative to the student's home) and start Run All, not waiting for it to end."""
+        self.page.evaluate(_OPEN, path)
+        self.page.wait_for_function(_CURRENT, timeout=30_000, polling=100)
+        self.page.wait_for_function(_IDLE, timeout=120_000, polling=250)
+        self.page.evaluate(_RUN_ALL)
+        self.page.wait_for_function(_STARTED, timeout=120_000, polling=250)
+
+    def finish(self, timeout: float = 600) -> list[CellView]:
+        """Wait until the kernel is idle and stays so; each code cell as shown."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.page.wait_for_function(_IDLE, timeout=max(1.0, deadline - time.monotonic()) * 1000, polling=500)
+            self.page.wait_for_timeout(1500)
+            if self.page.evaluate(_IDLE) or time.monotonic() > deadline:
+                break
+        return [CellView(**c) for c in self.page.evaluate(_CELLS)]
+
+    def peaks(self) -> tuple[int, int]:
+        """(the kernel's, the server's) peak resident bytes: this student's processes, found by JUPYTERHUB_USER."""
+        mine = lambda env, cmd: env.get("JUPYTERHUB_USER") == self.name  # noqa: E731
+        kernels = processes(lambda env, cmd: mine(env, cmd) and "ipykernel" in cmd)
+        servers = processes(lambda env, cmd: mine(env, cmd) and "jupyterhub-singleuser" in cmd)
+        return sum(map(peak_rss, kernels)), sum(map(peak_rss, servers))

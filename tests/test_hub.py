@@ -1,0 +1,92 @@
+"""A hub that was really booted: JupyterHub on loopback, three students, the release bundle pulled into each home
+with the README's nbgitpuller link, labs 00 and 01 run side by side in Chromium (`make test`'s hub step).
+
+Each student logs in (a shared password), gets a single-user JupyterLab of this venv in a home of its own, opens
+the link to a local git copy of a lab 00-01 bundle, and runs both notebooks, untouched, on the `cpu` profile, as a
+student on a CPU hub would: the three kernels run at once. Every notebook must run to its end with only the stubs'
+errors. Each student's peak resident memory per lab (kernel and server) is written to build/hub/memory.json and
+printed: the table the README's hub section gives an admin.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hub import PROXY, Hub, Student
+from jupyter_browser import CHROMIUM, CHROMIUM_ARGS, HAVE_PLAYWRIGHT, problems
+from labkit.course import release
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDENTS = ("ada", "grace", "alan")
+LABS = ("00_start_here", "01_activation_memory")
+HANDOUT = "labkit-handout"  # the bundle's repository, as the README's link names it
+
+try:
+    import jupyterhub  # noqa: F401
+    import nbgitpuller  # noqa: F401
+    HAVE_HUB = True
+except ImportError:
+    HAVE_HUB = False
+
+pytestmark = [pytest.mark.hub, pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM, reason="Chromium is not installed (apt-get install chromium)"),
+              pytest.mark.skipif(not HAVE_PLAYWRIGHT, reason="playwright is not installed (pip install -e '.[dev]')"),
+              pytest.mark.skipif(not HAVE_HUB, reason="jupyterhub or nbgitpuller is not installed "
+                                                      "(pip install -e '.[dev]')"),
+              pytest.mark.skipif(not PROXY, reason="configurable-http-proxy is not installed "
+                                                   "(npm install -g configurable-http-proxy)")]
+
+
+def _bundle(folder: Path) -> str:
+    """A lab 00-01 release bundle committed to a git repository of its own: its file:// address."""
+    repo = folder / HANDOUT
+    release.write(ROOT, repo, ["00", "01"])
+    git = ["git", "-C", str(repo), "-c", "user.name=labkit", "-c", "user.email=labkit@localhost"]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "the lab 00-01 bundle"]):
+        subprocess.run([*git, *args], check=True)
+    return repo.as_uri()
+
+
+def test_three_students_pull_the_bundle_and_run_labs_00_and_01_side_by_side(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    repo = _bundle(tmp_path)
+    # the kernels import the bundle's labkit (the answers withheld), not this repository's
+    hub = Hub.start(tmp_path, {"LABKIT_PROFILE": "cpu", "MPLBACKEND": "module://matplotlib_inline.backend_inline"},
+                    pythonpath=HANDOUT)
+    found, memory = [], {}
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            students = [Student(hub, browser.new_context(viewport={"width": 1280, "height": 900}), name)
+                        for name in STUDENTS]
+            for s in students:
+                s.log_in()
+                s.pull(repo, f"lab/tree/{HANDOUT}/notebooks/{LABS[0]}.ipynb")
+            for lab in LABS:
+                for s in students:  # all three started before any is waited for: side by side
+                    s.start_run_all(f"{HANDOUT}/notebooks/{lab}.ipynb")
+                for s in students:
+                    cells = s.finish()
+                    found += problems(f"{s.name}: {lab}", cells, student=True)
+                    kernel, server = s.peaks()
+                    memory.setdefault(lab, {})[s.name] = {"kernel_bytes": kernel, "server_bytes": server}
+            browser.close()
+    finally:
+        hub.stop()
+    out = ROOT / "build" / "hub"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "memory.json").write_text(json.dumps(memory, indent=1) + "\n")
+    for lab, rows in memory.items():
+        for name, m in rows.items():
+            print(f"{lab:22} {name:6} kernel {m['kernel_bytes'] / 2**20:7.1f} MiB, server "
+                  f"{m['server_bytes'] / 2**20:6.1f} MiB")
+    assert found == [], "\n".join(found)
+    homes = [tmp_path / "home" / n / HANDOUT / "notebooks" / f"{LABS[1]}.ipynb" for n in STUDENTS]
+    assert all(h.exists() for h in homes), "the link did not pull the bundle into every home"
+    assert all(m["kernel_bytes"] > 0 for rows in memory.values() for m in rows.values()), memory
