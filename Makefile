@@ -13,8 +13,10 @@ test: $(STAMP)
 	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the labkit grade tests that need its sandbox are skipped"
 	@command -v chromium >/dev/null || echo "labkit: chromium is not installed: the browser tests (every notebook in JupyterLab in Chromium) are skipped; apt-get install chromium runs them"
 	$(PY) -m labkit student --check
-	$(TWO_WORKERS) -m "not browser" tests
+	@command -v configurable-http-proxy >/dev/null || echo "labkit: configurable-http-proxy is not installed: the hub test (JupyterHub, three students in Chromium) is skipped; npm install -g configurable-http-proxy runs it"
+	$(TWO_WORKERS) -m "not browser and not hub" tests
 	$(TWO_WORKERS) -m browser tests
+	$(PY) -m pytest -q -m hub tests
 	LABKIT_PROFILE=cpu $(PY) -m pytest -q $(NBVAL) solutions
 
 # Re-execute the solutions in place (outputs are committed), then regenerate notebooks/.
