@@ -402,3 +402,21 @@ def test_full_recomputation_of_blocks_with_attention_written_out_is_predicted_to
                                   F.tokens(4, 48))
     assert got["full"][0] == got["full"][1], got
     assert all(p >= m for p, m in got.values()), got
+
+
+class PassThrough(nn.Module):
+    """A block whose backward makes nothing: the gradient of its output is the gradient of its input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 0
+
+
+def test_a_block_whose_backward_allocates_nothing_is_profiled_and_predicted_to_the_byte():
+    """Its backward starts and ends at one moment of the meter's timeline: an empty window, not an overlap."""
+    torch.manual_seed(0)
+    model, x = F.Stack([F.LlamaBlock(p=0.0), PassThrough(), F.LlamaBlock(p=0.0)]), F.tokens(4, 32)
+    profile = profile_model(model, x, F.loss, repeats=1)
+    assert profile.blocks[1].act == 0
+    for name in ("none", "full"):
+        plan, work = scheme_plan(name, 3), copy.deepcopy(model)
+        assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) == peak_of(plan, profile)

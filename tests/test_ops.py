@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 import labkit as lk
-from labkit.instruments.ops import trace
+from labkit.instruments.ops import OpRecord, trace
 
 
 def _block():
@@ -63,3 +63,15 @@ def test_keys_count_from_zero_and_views_in_place_ops_and_fresh_outputs_are_told_
     assert by_key["add_#0"].in_place and not by_key["add_#0"].is_view and by_key["add_#0"].output_bytes == 0
     assert not by_key["mm#0"].is_view and by_key["mm#0"].output_bytes == 3 * 4 * 4
     assert by_key["mm#0"].mutated and not by_key["mm#1"].mutated and not by_key["relu#0"].mutated
+
+
+def test_bytes_moved_counts_what_an_op_reads_and_what_it_writes():
+    a, b = torch.randn(32), torch.randn(32)
+    (add,) = [r for r in trace(lambda x: x + b, a, time=False) if r.op == "add"]
+    assert (add.bytes_moved, add.output_bytes) == (3 * 32 * 4, 32 * 4)  # two inputs read, one output written
+
+
+def test_a_hand_made_record_is_neither_the_output_nor_changed_later_unless_it_says_so():
+    """Planners and checkers build records by hand (made-up profiles): the two flags default to False."""
+    r = OpRecord("add#0", "add", "", 0, 12, 4, 1, False, False, False, None)
+    assert (r.is_output, r.mutated) == (False, False)
