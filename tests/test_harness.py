@@ -232,3 +232,14 @@ def test_a_stub_s_error_goes_through_and_any_other_refusal_is_a_finding(gpt):
 
     report = compare_step(*gpt, lambda m, x: m(NoBackward.apply(x)))
     assert report.error.startswith("NotImplementedError in backward"), report.error
+
+
+def test_block_inputs_leaves_no_hook_behind_and_wrapped_refuses_what_it_cannot_call(gpt):
+    from labkit.instruments.blocks import block_inputs, wrapped
+    model, x = gpt
+    blocks = [m for _, m in blocks_of(model)]
+    before = [dict(m._forward_hooks) for m in blocks]
+    assert len(block_inputs(model, lambda: model(x), "test")) == len(blocks)
+    assert [dict(m._forward_hooks) for m in blocks] == before
+    with pytest.raises(TypeError, match="wrapped: wrap must be callable"):
+        wrapped(blocks, None)

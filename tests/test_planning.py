@@ -151,6 +151,8 @@ def test_a_budget_nothing_fits_names_the_least_that_does():
     (lambda: BlockCosts(4, 1, float("nan")), "fwd=nan"),
     (lambda: Option(-3, 4, 0.0), "kept=-3"),
     (lambda: Option(4, 2, 0.0), "held=2"),
+    (lambda: Option(1, 2.5, 0.0), "held=2.5 must be a whole number of bytes"),
+    (lambda: Option(0, True, 0.0), "held=True must be a whole number of bytes"),
     (lambda: Option(1, 2, -1.0), "seconds=-1.0"),
     (lambda: BlockCosts(4, 1, 1.0, {KEEP: Option(1, 1, 0.0)}), "'keep'"),
     (lambda: Profile((BlockCosts(4, 1, 1.0),), -7, 0, 1.0), "base=-7"),
