@@ -56,6 +56,7 @@ class Hub:
     process: subprocess.Popen
     url: str
     folder: Path
+    api_port: int  # the proxy's: its command line names it
 
     @classmethod
     def start(cls, folder: Path, environment: dict[str, str], pythonpath: str, timeout: float = 90) -> Hub:
@@ -64,36 +65,43 @@ class Hub:
         for plugin, values in SETTINGS.items():  # every cell rendered; nothing ever saved over a notebook
             (settings / plugin).parent.mkdir(parents=True, exist_ok=True)
             (settings / plugin).write_text(__import__("json").dumps(values))
-        port = _free_port()
+        port, hub_port, api_port = _free_port(), _free_port(), _free_port()
+        if len({port, hub_port, api_port}) < 3:
+            raise RuntimeError("three free ports came out the same; run again")
         config = folder / "jupyterhub_config.py"
         config.write_text(CONFIG.format(
-            port=port, hub_port=_free_port(), api_port=_free_port(), proxy=PROXY, folder=str(folder),
+            port=port, hub_port=hub_port, api_port=api_port, proxy=PROXY, folder=str(folder),
             password=PASSWORD, singleuser=str(Path(sys.executable).with_name("jupyterhub-singleuser")),
             environment={**environment, "JUPYTERLAB_SETTINGS_DIR": str(settings)}, pythonpath=pythonpath))
         log = folder / "hub.log"
         with open(log, "wb") as out:
             process = subprocess.Popen([str(Path(sys.executable).with_name("jupyterhub")), "-f", str(config)],
                                        cwd=folder, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        hub = cls(process, f"http://127.0.0.1:{port}", folder)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"JupyterHub exited with {process.returncode}:\n{hub.log()}")
-            try:
-                with urllib.request.urlopen(f"{hub.url}/hub/login", timeout=5) as reply:
-                    if reply.status == 200:
-                        return hub
-            except OSError:
-                pass
-            time.sleep(0.5)
-        hub.stop()
-        raise RuntimeError(f"JupyterHub did not answer within {timeout:.0f} s:\n{hub.log()}")
+        hub = cls(process, f"http://127.0.0.1:{port}", folder, api_port)
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    raise RuntimeError(f"JupyterHub exited with {process.returncode}:\n{hub.log()}")
+                try:
+                    with urllib.request.urlopen(f"{hub.url}/hub/login", timeout=5) as reply:
+                        if reply.status == 200:
+                            return hub
+                except OSError:
+                    pass
+                time.sleep(0.5)
+            raise RuntimeError(f"JupyterHub did not answer within {timeout:.0f} s:\n{hub.log()}")
+        except BaseException:
+            hub.stop()
+            raise
 
     def log(self) -> str:
         return (self.folder / "hub.log").read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        """TERM the hub (it stops the students' servers and its proxy), then KILL whatever of it is left."""
+        """TERM the hub (it stops the students' servers and its proxy), then KILL whatever of it is left: the
+        proxy and each server run in sessions of their own, so they are found by their command line and their
+        environment, not by the hub's process group."""
         for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 5)):
             try:
                 os.killpg(self.process.pid, sig)
@@ -104,8 +112,8 @@ class Hub:
                 break
             except subprocess.TimeoutExpired:
                 continue
-        for pid in processes(lambda env, cmd: env.get("JUPYTERHUB_API_URL", "").startswith("http://127.0.0.1")
-                             and str(self.folder) in env.get("HOME", "")):
+        for pid in processes(lambda env, cmd: str(self.folder) in env.get("HOME", "")
+                             or ("configurable-http-proxy" in cmd and f"--api-port {self.api_port}" in cmd)):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -183,6 +191,14 @@ class Student:
             if self.page.evaluate(_IDLE) or time.monotonic() > deadline:
                 break
         return [CellView(**c) for c in self.page.evaluate(_CELLS)]
+
+    def kernel_labkit(self) -> str:
+        """Where `import labkit` leads in this student's running kernel: its environment and folder, asked anew."""
+        (pid,) = processes(lambda env, cmd: env.get("JUPYTERHUB_USER") == self.name and "ipykernel" in cmd)
+        env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in kv)
+        found = subprocess.run([sys.executable, "-c", "import labkit; print(labkit.__file__)"], env=env,
+                               cwd=os.readlink(f"/proc/{pid}/cwd"), capture_output=True, text=True, check=True)
+        return found.stdout.strip()
 
     def peaks(self) -> tuple[int, int]:
         """(the kernel's, the server's) peak resident bytes: this student's processes, found by JUPYTERHUB_USER."""

@@ -69,6 +69,8 @@ def test_every_rank_holds_the_bars_and_the_losses_match_one_process(no_child_lef
     for rank in range(RANKS):
         assert gathers["plain"][rank] == gathers["checkpointed"][rank] == 0
         assert gathers["sharded"][rank] == gathers["sharded_checkpointed"][rank] == 2 * n + 1, gathers
+        scatters = figures["per_rank_reduce_scatters"]  # one per group in backward, recomputed or not
+        assert scatters["sharded"][rank] == scatters["sharded_checkpointed"][rank] == n + 1, scatters
 
 
 def test_a_failing_rank_is_named_and_no_child_survives(no_child_left):

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTES = ("docs/design.md", "CONTRIBUTING.md")
 CITATION = re.compile(r"(docs/design\.md|CONTRIBUTING\.md),? \"([^\"]+)\"")
 # notes that live outside the repository, where a maintainer who clones the kit cannot read them
-OUTSIDE = re.compile(r"\b(DESIGN|STYLE|EXAMPLES|FACTS)\b|\bSTYLE rule|\.\./shared")  # with .md or without
+OUTSIDE = re.compile(r"\b(DESIGN|STYLE|EXAMPLES|FACTS)\b|\.\./shared")  # with .md or without
 RULE = re.compile(r"\bRule ([A-Z0-9])\b")
 
 

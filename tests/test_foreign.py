@@ -420,3 +420,19 @@ def test_a_block_whose_backward_allocates_nothing_is_profiled_and_predicted_to_t
     for name in ("none", "full"):
         plan, work = scheme_plan(name, 3), copy.deepcopy(model)
         assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) == peak_of(plan, profile)
+
+
+def test_the_profile_keeps_nothing_of_the_working_copy_alive():
+    """A saved-tensor hook that returned the tensors it saw would tie each saved output to its own graph in a
+    cycle autograd cannot free (torch/autograd/graph.py warns of it): every profile would leak a model."""
+    import gc
+    import weakref
+
+    from labkit.planners.profiling import _saved_later
+    torch.manual_seed(0)
+    work = F.llama(3)
+    ref = weakref.ref(next(work.parameters()))
+    assert _saved_later(work, F.tokens(4, 32), list(work.blocks)) == [True, True, True]
+    del work
+    gc.collect()
+    assert ref() is None

@@ -1,10 +1,11 @@
 """A hub that was really booted: JupyterHub on loopback, three students, the release bundle pulled into each home
-with the README's nbgitpuller link, labs 00 and 01 run side by side in Chromium (`make test`'s hub step).
+with the README's nbgitpuller link, labs 00 and 01 run side by side in Chromium (`make hub-test`, CI's second
+step).
 
 Each student logs in (a shared password), gets a single-user JupyterLab of this venv in a home of its own, opens
 the link to a local git copy of a lab 00-01 bundle, and runs both notebooks, untouched, on the `cpu` profile, as a
 student on a CPU hub would: the three kernels run at once. Every notebook must run to its end with only the stubs'
-errors. Each student's peak resident memory per lab (kernel and server) is written to build/hub/memory.json and
+errors, in a kernel that imports the bundle's labkit. Each student's peak resident memory per lab (kernel and server) is written to build/hub/memory.json and
 printed: the table the README's hub section gives an admin.
 """
 from __future__ import annotations
@@ -74,6 +75,9 @@ def test_three_students_pull_the_bundle_and_run_labs_00_and_01_side_by_side(tmp_
                 for s in students:
                     cells = s.finish()
                     found += problems(f"{s.name}: {lab}", cells, student=True)
+                    imported = s.kernel_labkit()  # the bundle's, pulled into this student's home
+                    if not imported.startswith(f"{tmp_path}/home/{s.name}/{HANDOUT}/labkit/"):
+                        found.append(f"{s.name}: {lab}: the kernel imports labkit from {imported}")
                     kernel, server = s.peaks()
                     memory.setdefault(lab, {})[s.name] = {"kernel_bytes": kernel, "server_bytes": server}
             browser.close()

@@ -73,5 +73,6 @@ def test_bytes_moved_counts_what_an_op_reads_and_what_it_writes():
 
 def test_a_hand_made_record_is_neither_the_output_nor_changed_later_unless_it_says_so():
     """Planners and checkers build records by hand (made-up profiles): the two flags default to False."""
-    r = OpRecord("add#0", "add", "", 0, 12, 4, 1, False, False, False, None)
+    r = OpRecord(key="add#0", op="add", module="", flops=0, bytes_moved=12, output_bytes=4, elements=1,
+                 is_view=False, in_place=False, random=False, seconds=None)
     assert (r.is_output, r.mutated) == (False, False)

@@ -47,7 +47,8 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
     to their backward less all of them; its peak where no plan changes anything (the optimizer step, what comes
     before the blocks); step: that step's median seconds. seconds_from:
     take every time from that profile (of the same model at another batch) instead of measuring: bytes only,
-    much faster.
+    much faster. It runs one step under full recomputation too (as `applied` does: lab 02's checkpoint_hooks on
+    lab 03's run_layers), so in a handed-out kit it needs those two exercises done.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"profile_model: model must be an nn.Module, got {type(model).__name__}")
@@ -159,26 +160,37 @@ def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
 
 
 def _saved_later(model: nn.Module, x: torch.Tensor, blocks: list[nn.Module]) -> list[bool]:
-    """For each block, whether autograd saves (a view of) its output after the block's forward, plainly: what
-    comes after it (the next block, the head) keeps that tensor whatever the block's way."""
-    outs: list[torch.UntypedStorage | None] = [None] * len(blocks)  # held: no later storage takes their address
-    later: list[bool] = [False] * len(blocks)
+    """For each block, whether its output (or a view of it) is saved plainly by what keeps it as long as the
+    block's own kept tensors live: the next block's forward (its saves are freed by its backward, which runs
+    just before this block's), or, for the last block, anything after the blocks (counted in base). A save
+    by anything else (a skip connection from an earlier block to the head) is freed sooner, so it does not
+    count: there, a way that keeps the output is charged for it."""
+    n = len(blocks)
+    outs: list[torch.UntypedStorage | None] = [None] * n  # held: no later storage takes their address
+    later, running = [False] * n, [-1]  # running[0]: the block whose forward runs now (-1: none; n: after all)
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
+    def pack(t: torch.Tensor) -> None:  # the tensor is not kept: a saved output kept here would make a cycle
         key = {st._cdata for st in tensor_storages(t)}
-        for i, o in enumerate(outs):
-            later[i] = later[i] or (o is not None and o._cdata in key)
-        return t
+        at = running[0]
+        for i in ([at - 1] if 0 < at < n else range(n - 1, n) if at == n else []):
+            later[i] = later[i] or (outs[i] is not None and outs[i]._cdata in key)
 
-    def on_forward(i: int) -> Callable[..., None]:
+    def before(i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            running[0] = i
+        return hook
+
+    def after(i: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
             outs[i] = out.untyped_storage() if isinstance(out, torch.Tensor) else None
+            running[0] = n if i == n - 1 else -1
         return hook
 
     with contextlib.ExitStack() as stack:
         for i, b in enumerate(blocks):
-            stack.callback(b.register_forward_hook(on_forward(i)).remove)
-        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
+            stack.callback(b.register_forward_pre_hook(before(i)).remove)
+            stack.callback(b.register_forward_hook(after(i)).remove)
+        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, lambda _: None))
         with torch.random.fork_rng(devices=cuda_devices(x, model)):
             model(x)
     return later
