@@ -436,3 +436,20 @@ def test_the_profile_keeps_nothing_of_the_working_copy_alive():
     del work
     gc.collect()
     assert ref() is None
+
+
+class Reversed(F.Stack):
+    """Blocks called in the opposite order of the list: their backwards cannot be told apart in list order."""
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.embed(idx)
+        for block in reversed(self.blocks):
+            h = block(h)
+        return self.head(self.norm(h))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_blocks_called_out_of_order_are_refused_naming_the_overlap(n):
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="the blocks' backwards overlap"):
+        profile_model(Reversed([F.LlamaBlock(p=0.0) for _ in range(n)]), F.tokens(), F.loss, repeats=1)

@@ -416,3 +416,12 @@ def test_offload_moves_saved_tensors_out_and_trains_the_same(capstone):
     c = capstone
     plan = [Step(i, i + 1, OFFLOAD) for i in range(len(c.profile.blocks))]
     assert lab07.train_losses(c, plan, steps=2) == lab07.train_losses(c, None, steps=2)
+
+
+def test_saved_by_drops_the_gradients_its_backward_made():
+    """Its figures are the ledger's; the model is left without gradients, not with zeros taking memory."""
+    from labkit.planners.measuring import saved_by
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    per_module, total = saved_by(model, torch.randn(3, 4), lambda out: out.sum())
+    assert total > 0 and sum(per_module.values()) == total
+    assert all(p.grad is None for p in model.parameters())
