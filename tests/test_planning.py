@@ -425,3 +425,18 @@ def test_saved_by_drops_the_gradients_its_backward_made():
     per_module, total = saved_by(model, torch.randn(3, 4), lambda out: out.sum())
     assert total > 0 and sum(per_module.values()) == total
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_forward_seconds_times_the_forward_as_a_recomputation_runs_it():
+    """With grad on and a fresh leaf input that needs a gradient, each timed call running the module once."""
+    from labkit.planners.measuring import forward_seconds
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            seen.append((torch.is_grad_enabled(), h.is_leaf, h.requires_grad))
+            return h * 2
+
+    with torch.no_grad():
+        seconds = forward_seconds(Probe(), (torch.randn(4),), repeats=3)
+    assert seconds >= 0 and len(seen) >= 4 and set(seen) == {(True, True, True)}
