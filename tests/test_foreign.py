@@ -453,3 +453,19 @@ def test_blocks_called_out_of_order_are_refused_naming_the_overlap(n):
     torch.manual_seed(0)
     with pytest.raises(ValueError, match="the blocks' backwards overlap"):
         profile_model(Reversed([F.LlamaBlock(p=0.0) for _ in range(n)]), F.tokens(), F.loss, repeats=1)
+
+
+class Detached(F.Stack):
+    """The second block's input cut from the graph: its backward never reaches the first block."""
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.blocks[0](self.embed(idx))
+        for block in self.blocks[1:]:
+            h = block(h.detach())
+        return self.head(self.norm(h))
+
+
+def test_a_block_whose_input_gets_no_gradient_is_refused_by_name():
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="cannot tell the blocks' backwards apart"):
+        profile_model(Detached([F.LlamaBlock(p=0.0) for _ in range(2)]), F.tokens(), F.loss, repeats=1)
