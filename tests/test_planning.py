@@ -440,3 +440,12 @@ def test_forward_seconds_times_the_forward_as_a_recomputation_runs_it():
     with torch.no_grad():
         seconds = forward_seconds(Probe(), (torch.randn(4),), repeats=3)
     assert seconds >= 0 and len(seen) >= 4 and set(seen) == {(True, True, True)}
+
+
+def test_a_selective_forward_that_runs_more_ops_than_its_trace_is_refused_naming_it():
+    from labkit.planners.ways import _SameOps
+    x = torch.randn(3)
+    with pytest.raises(ValueError, match=r"runs mul#0 where its selective policy was traced running no more ops"):
+        with _SameOps(["add#0"], "test"):
+            x + 1
+            x * 2
