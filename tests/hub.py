@@ -18,7 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from jupyter_browser import _CELLS, _CURRENT, _IDLE, _OPEN, _RUN_ALL, _STARTED, SETTINGS, CellView, _free_port
+from jupyter_browser import (_CELLS, _CURRENT, _IDLE, _OPEN, _RUN_ALL, _STARTED, SETTINGS, CellView, _free_port,
+                             end_group)
 
 PROXY = shutil.which("configurable-http-proxy")
 PASSWORD = "labkit-hub-test"  # the shared password every student logs in with
@@ -102,16 +103,7 @@ class Hub:
         """TERM the hub (it stops the students' servers and its proxy), then KILL whatever of it is left: the
         proxy and each server run in sessions of their own, so they are found by their command line and their
         environment, not by the hub's process group."""
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.process.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        end_group(self.process, 30)
         for pid in processes(lambda env, cmd: str(self.folder) in env.get("HOME", "")
                              or ("configurable-http-proxy" in cmd and f"--api-port {self.api_port}" in cmd)):
             try:

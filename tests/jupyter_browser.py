@@ -48,6 +48,20 @@ SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"wind
             "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"}}
 
 
+def end_group(process: subprocess.Popen, term_wait: float) -> None:
+    """End the process group `process` leads: TERM, up to term_wait seconds, then KILL."""
+    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,16 +126,7 @@ class JupyterLab:
                 self.shutdown_kernels()
             except OSError:
                 pass
-            for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-                try:
-                    os.killpg(self.process.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.process.wait(wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            end_group(self.process, 15)
 
 
 @dataclass
