@@ -259,7 +259,9 @@ def remote_class(tmp_path_factory):
 @pytest.mark.parametrize("attack", REMOTE)
 def test_no_attack_on_a_remote_check_passes(remote_class, attack):
     rows, _, _ = remote_class
-    assert rows[(attack, "0.1")]["status"] in ("failed", "error"), rows[(attack, "0.1")]
+    # an expensive payload (a set of 40,000 big ints to hash and check) may run out of its exercise's time on a
+    # loaded machine instead of failing: either way it does not pass
+    assert rows[(attack, "0.1")]["status"] in ("failed", "error", "timeout"), rows[(attack, "0.1")]
 
 
 @needs_bwrap
