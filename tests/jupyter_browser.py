@@ -34,9 +34,10 @@ try:
     HAVE_PLAYWRIGHT = True
 except ImportError:
     HAVE_PLAYWRIGHT = False
-BROWSER_MARKS = [pytest.mark.browser, pytest.mark.slow,
-                 pytest.mark.skipif(not CHROMIUM, reason="Chromium is not installed (apt-get install chromium)"),
-                 pytest.mark.skipif(not HAVE_PLAYWRIGHT, reason="playwright is not installed (pip install -e '.[dev]')")]
+NEEDS_CHROMIUM = [  # what every test that drives Chromium needs (the browser tests, the hub test)
+    pytest.mark.skipif(not CHROMIUM, reason="Chromium is not installed (apt-get install chromium)"),
+    pytest.mark.skipif(not HAVE_PLAYWRIGHT, reason="playwright is not installed (pip install -e '.[dev]')")]
+BROWSER_MARKS = [pytest.mark.browser, pytest.mark.slow, *NEEDS_CHROMIUM]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 TALL = 4000  # the viewport's height while screenshots are taken

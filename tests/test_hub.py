@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hub import PROXY, Hub, Student
-from jupyter_browser import CHROMIUM, CHROMIUM_ARGS, HAVE_PLAYWRIGHT, problems
+from jupyter_browser import CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, problems
 from labkit.course import release
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,9 +34,7 @@ try:
 except ImportError:
     HAVE_HUB = False
 
-pytestmark = [pytest.mark.hub, pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM, reason="Chromium is not installed (apt-get install chromium)"),
-              pytest.mark.skipif(not HAVE_PLAYWRIGHT, reason="playwright is not installed (pip install -e '.[dev]')"),
+pytestmark = [pytest.mark.hub, pytest.mark.slow, *NEEDS_CHROMIUM,
               pytest.mark.skipif(not HAVE_HUB, reason="jupyterhub or nbgitpuller is not installed "
                                                       "(pip install -e '.[dev]')"),
               pytest.mark.skipif(not PROXY, reason="configurable-http-proxy is not installed "
