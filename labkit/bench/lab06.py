@@ -25,7 +25,7 @@ from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.instruments.tensors import cuda_devices
-from labkit.instruments.timing import compare
+from labkit.instruments.timing import compare, wall_seconds
 
 __all__ = ["train_losses", "rng_config", "SlowLoader", "loader_seconds", "costs", "pitfalls"]
 
@@ -84,11 +84,9 @@ class SlowLoader:
 
 
 def loader_seconds(step: Callable[[torch.Tensor], Any], loader: SlowLoader) -> float:
-    """Seconds to run step(batch) on every batch of `loader`, its thread started afresh."""
-    start = time.perf_counter()
-    for batch in loader:
-        step(batch)
-    return time.perf_counter() - start
+    """Seconds to run step(batch) on every batch of `loader`, its thread started afresh, the device's queued
+    work included (timing.wall_seconds)."""
+    return wall_seconds(lambda: [step(batch) for batch in loader], None, step, loader)
 
 
 def _step(model: nn.Module, scheme: Scheme) -> Callable[[torch.Tensor], None]:

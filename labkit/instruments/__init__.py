@@ -1,6 +1,6 @@
-"""The instruments: what autograd saves (ledger), live tensor bytes over time (meter), the stopwatch (timing),
-every op of a forward (ops), a step compared with another (harness), a model's blocks run another way (blocks),
-and the machine's ceilings (roofline).
+"""The instruments: what autograd saves (ledger), live tensor bytes over time (meter), the stopwatch (timing) and
+the device it times on (devices), every op of a forward (ops), a step compared with another (harness), a model's
+blocks run another way (blocks), and the machine's ceilings (roofline).
 
 The names a lab's code imports most are here as well: `from labkit.instruments import saved_tensors`.
 """

@@ -18,10 +18,11 @@ import contextlib
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterable
+from typing import Any, Callable, ContextManager
 
 import torch
 
+from labkit.instruments.devices import found_device, pick, seen_in
 from labkit.instruments.tensors import check_callable
 
 Clock = Callable[[], float]  # seconds, monotonic: time.perf_counter or a fake in tests
@@ -123,44 +124,55 @@ def _check_counts(warmup: object, repeats: object) -> None:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
 
-def _tensors(values: Iterable[Any]) -> Iterable[torch.Tensor]:
-    """Tensors among `values`, looking one level into lists, tuples and dicts, and into modules."""
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            yield value
-        elif isinstance(value, torch.nn.Module):
-            yield from value.parameters()
-            yield from value.buffers()
-        elif isinstance(value, (list, tuple)):
-            yield from (v for v in value if isinstance(v, torch.Tensor))
-        elif isinstance(value, dict):
-            yield from (v for v in value.values() if isinstance(v, torch.Tensor))
-
-
 def resolve_device(device: str | torch.device | None, *values: Any) -> torch.device:
-    """The device to time on: `device` if given, else the first CUDA tensor among `values`, else CPU."""
+    """The device to time on: `device` if given, else the device of the tensors reachable from `values` (through
+    closures, modules and optimizers: labkit/instruments/devices.py), CUDA if any is there, else CPU."""
     if device is not None:
         device = torch.device(device)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device={str(device)!r} but torch sees no CUDA device; "
                              "pass device='cpu' or leave it None")
         return device
-    for tensor in _tensors(values):
-        if tensor.device.type == "cuda":
-            return tensor.device
-    return torch.device("cpu")
+    return found_device(*values) or torch.device("cpu")
+
+
+def _warm_up(calls: tuple[Callable[[], Any], ...], warmup: int, device: str | torch.device | None,
+             values: tuple[Any, ...]) -> torch.device:
+    """Run the warm-up calls and return the device to time on. Where neither `device` nor a search of `values`
+    names CUDA and CUDA is available, the first warm-up round (or one more untimed round, with warmup=0) runs
+    under a mode that sees which devices its operations use, so that no CUDA work is timed with the host clock
+    (a tensor made inside the work is found no other way)."""
+    if device is not None:
+        device = resolve_device(device)
+    else:
+        device = found_device(*values)
+        if (device is None or device.type == "cpu") and torch.cuda.is_available():
+            device = pick([*([device] if device else []), *(d for d in map(seen_in, calls) if d is not None)])
+            warmup = max(warmup - 1, 0)
+        device = device or torch.device("cpu")
+    with _on(device):
+        for _ in range(warmup):
+            for call in calls:
+                call()
+        _settle(device)
+    return device
+
+
+def _cuda_seconds(call: Callable[[], Any]) -> float:
+    """Seconds one call's work takes on the current CUDA stream, between two CUDA events."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3  # elapsed_time is in ms
 
 
 def _time_call(call: Callable[[], Any], device: torch.device, clock: Clock) -> float:
     """Seconds one call takes: CUDA events on a CUDA device (Rule 4), else `clock`."""
     if device.type == "cuda":
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3  # elapsed_time is in ms
+        return _cuda_seconds(call)
     t0 = clock()
     call()
     return clock() - t0
@@ -177,24 +189,37 @@ def _settle(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def wall_seconds(call: Callable[[], Any], device: str | torch.device | None = None, *values: Any,
+                 clock: Clock = time.perf_counter) -> float:
+    """Host-clock seconds of one `call` of work that waits on the host as well as the device (an input pipeline
+    feeding training steps), the device's queued work included: on CUDA it is synchronized before the clock stops.
+    The device is found as `benchmark` finds it, from `call` and `values`."""
+    check_callable(call, "wall_seconds", "call")
+    device = resolve_device(device) if device is not None else found_device(call, *values) or torch.device("cpu")
+    _settle(device)
+    t0 = clock()
+    call()
+    _settle(device)
+    return clock() - t0
+
+
 def benchmark(fn: Callable[..., Any], *args: Any, warmup: int = 2, repeats: int = 7,
               device: str | torch.device | None = None, clock: Clock = time.perf_counter,
               **kwargs: Any) -> Timing:
     """Time `fn(*args, **kwargs)`: `warmup` untimed calls, then `repeats` timed ones.
 
-    The device is `device`, else CUDA when any tensor in the arguments (or a
-    parameter of `fn`, when it is an nn.Module) is on CUDA, else CPU. On CUDA
+    The device is `device`, else CUDA when any tensor reachable from `fn` and
+    its arguments (closures, modules, optimizers: devices.py) is on CUDA, else
+    CPU; where nothing is found and CUDA is available, the first warm-up call
+    shows which device the work uses. On CUDA
     each call is timed with CUDA events; on CPU with `clock` (seconds). The
     names warmup, repeats, device and clock are taken by benchmark itself, so
     `fn` cannot receive keyword arguments of those names through it.
     """
     check_callable(fn, "benchmark")
     _check_counts(warmup, repeats)
-    device = resolve_device(device, fn, *args, *kwargs.values())
+    device = _warm_up((lambda: fn(*args, **kwargs),), warmup, device, (fn, *args, *kwargs.values()))
     with _on(device):
-        for _ in range(warmup):
-            fn(*args, **kwargs)
-        _settle(device)
         samples = [_time_call(lambda: fn(*args, **kwargs), device, clock) for _ in range(repeats)]
     return Timing(samples)
 
@@ -204,21 +229,17 @@ def compare(fn_a: Callable[[], Any], fn_b: Callable[[], Any], repeats: int = 7, 
     """Time two zero-argument functions interleaved; `ratio` is time_b / time_a (above 1: B is slower).
 
     Both are warmed up, then timed in `repeats` pairs whose order alternates,
-    A B, B A, A B, ... (see Rule 3). The functions are closures, so their
-    tensors are hidden: pass device="cuda" for GPU work (modules are inspected).
+    A B, B A, A B, ... (see Rule 3). The device is found as `benchmark` finds
+    it, through the closures' cells and the globals they read; `device` wins.
     """
     check_callable(fn_a, "compare", "fn_a")
     check_callable(fn_b, "compare", "fn_b")
     _check_counts(warmup, repeats)
-    device = resolve_device(device, fn_a, fn_b)
+    device = _warm_up((fn_a, fn_b), warmup, device, (fn_a, fn_b))
     times_a: list[float] = []
     times_b: list[float] = []
     order = ((fn_a, times_a), (fn_b, times_b))
     with _on(device):
-        for _ in range(warmup):
-            fn_a()
-            fn_b()
-        _settle(device)
         for i in range(repeats):
             for fn, times in order if i % 2 == 0 else order[::-1]:
                 times.append(_time_call(fn, device, clock))

@@ -1,9 +1,9 @@
 """What the advisor and lab 07's profile measure alike: a working copy of the model, its training step, bytes,
 forward times and saved bytes per module.
 
-Every time here is taken on the device the tensors live on, with CUDA events there: a closure hides its tensors
-from ``benchmark``'s own search, so the device is passed, and the host clock, which returns before the kernels
-finish, is never used for GPU work (labkit/instruments/timing.py says why).
+Every time here is taken on the device the tensors live on, with CUDA events there: the device is passed, though
+``benchmark`` would find it through the closures (labkit/instruments/devices.py), and the host clock, which
+returns before the kernels finish, is never used for GPU work (labkit/instruments/timing.py says why).
 """
 from __future__ import annotations
 

@@ -1,0 +1,189 @@
+"""The device work is timed on (labkit/instruments/devices.py), on a CPU: a tensor that says it lives on CUDA, hidden
+where a training step keeps its tensors (closures, a notebook's globals, partials, methods, optimizers), must send
+`benchmark`, `compare` and `wall_seconds` to CUDA events, never the host clock; work found or seen on another
+device is refused; and nothing in labkit reads a host clock around work but timing.py and the wall clocks named
+below.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from labkit.instruments import timing
+from labkit.instruments.devices import BUDGET, DEPTH, found_device
+from labkit.instruments.timing import benchmark, compare, resolve_device, wall_seconds
+from labkit.planners.measuring import train_step
+from test_timing import fake_cuda_tensor
+
+ROOT = Path(__file__).resolve().parent.parent
+CUDA1 = torch.device("cuda", 1)
+
+
+def _model() -> nn.Module:
+    model = nn.Linear(2, 2)
+    model.weight = nn.Parameter(fake_cuda_tensor())
+    return model
+
+
+class _Holder:
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def run(self) -> None:
+        self.model.weight.sum()
+
+    def __call__(self) -> None:
+        self.run()
+
+
+@dataclasses.dataclass
+class _Setup:
+    model: nn.Module
+    steps: int = 3
+
+
+def _in_globals(source: str, **names) -> object:
+    """A function defined as a notebook defines it: reading its tensors from the globals it runs in."""
+    namespace = dict(names)
+    exec(source, namespace)
+    return namespace["f"]
+
+
+def _where(x: torch.Tensor, model: nn.Module) -> dict[str, object]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return {
+        "closure cell": lambda: x.sum(),
+        "default argument": lambda t=x: t.sum(),
+        "a notebook's global": _in_globals("f = lambda: x.sum()", x=x),
+        "a global of a helper it calls": _in_globals("def helper():\n    return x.sum()\nf = lambda: helper()", x=x),
+        "a function defined inside": _in_globals("def f():\n    def g():\n        return x\n    return g()", x=x),
+        "functools.partial": functools.partial(torch.mm, x),
+        "bound method": _Holder(model).run,
+        "callable object": _Holder(model),
+        "a dataclass in a closure": (lambda s: lambda: s.model(s))(_Setup(model)),
+        "optimizer": lambda: opt.step(),
+        "the kit's train_step": train_step(model, opt, torch.ones(2), lambda y: y.sum()),
+    }
+
+
+@pytest.mark.parametrize("where", list(_where(fake_cuda_tensor(), _model())))
+def test_a_cuda_tensor_is_found_where_a_step_keeps_it(where):
+    fn = _where(fake_cuda_tensor(), _model())[where]
+    assert found_device(fn) == CUDA1 and resolve_device(None, fn) == CUDA1
+
+
+def test_work_without_tensors_is_none_and_timed_on_the_cpu():
+    cyclic: list = []
+    cyclic.append(cyclic)
+    assert found_device(lambda: cyclic, torch, nn.Linear, 3, "x") is None
+    assert resolve_device(None, lambda: 1) == torch.device("cpu")
+    assert found_device(lambda: torch.ones(2)) is None  # made inside: only a call sees it
+
+
+def test_the_search_stops_at_its_depth_and_its_budget():
+    deep = [fake_cuda_tensor()]
+    for _ in range(DEPTH + 1):
+        deep = [deep]
+    assert found_device(deep) is None and found_device(deep[0][0]) == CUDA1
+    assert found_device([[] for _ in range(BUDGET)] + [fake_cuda_tensor()]) is None
+    assert found_device([[] for _ in range(BUDGET - 2)] + [fake_cuda_tensor()]) == CUDA1
+
+
+@pytest.fixture
+def events(monkeypatch):
+    """CUDA as a recorder: the calls timed with (fake) CUDA events and the devices synchronized."""
+    seen = {"timed": 0, "synchronized": []}
+
+    def cuda_seconds(call):
+        seen["timed"] += 1
+        call()
+        return 1e-3
+    monkeypatch.setattr(timing, "_cuda_seconds", cuda_seconds)
+    monkeypatch.setattr(timing, "_on", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(timing, "_settle", lambda device: seen["synchronized"].append(device))
+    return seen
+
+
+def _host_clock():
+    pytest.fail("the host clock timed CUDA work")
+
+
+@pytest.mark.parametrize("where", list(_where(fake_cuda_tensor(), _model())))
+def test_hidden_cuda_work_is_timed_with_cuda_events(events, where):
+    fn = _where(fake_cuda_tensor(), _model())[where]
+    hidden = lambda: fn is None  # noqa: E731  (not run for real: its tensors only say they are on CUDA)
+    assert benchmark(hidden, warmup=1, repeats=3, clock=_host_clock).n == 3
+    assert compare(hidden, hidden, repeats=4, warmup=0, clock=_host_clock).ratio == 1.0
+    assert events["timed"] == 3 + 8
+    assert wall_seconds(hidden, clock=iter([0.0, 2.0]).__next__) == 2.0
+    assert events["synchronized"][-2:] == [CUDA1, CUDA1]  # before the clock starts and before it stops
+
+
+def test_the_kit_s_bench_steps_reach_cuda_events(events):
+    from labkit.bench import lab06
+    model, x = _model(), fake_cuda_tensor()
+    step = lab06._step(model, lambda m, t: m(t))
+    assert resolve_device(None, step) == CUDA1  # no x given: the model in the closure says CUDA
+    loader = lab06.SlowLoader(x, batches=2, seconds=0.0)
+    assert resolve_device(None, lambda: None, loader) == CUDA1
+
+
+def test_work_on_another_device_is_refused_by_name():
+    m = torch.ones(2, device="meta")
+    with pytest.raises(ValueError, match="runs on device 'meta', which labkit cannot time"):
+        benchmark(lambda: m + 1)
+    with pytest.raises(ValueError, match="'meta'"):
+        compare(lambda: None, lambda: m + 1)
+    assert benchmark(lambda: m + 1, device="cpu", repeats=1).n == 1  # an explicit device wins
+
+
+def test_where_nothing_is_found_and_cuda_is_there_one_call_shows_the_device(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match="'meta'"):
+        benchmark(lambda: torch.ones(2, device="meta") + 1)  # made inside the work: seen, then refused
+    calls = []
+    ticks = iter(range(100))
+    t = benchmark(lambda: calls.append(torch.ones(2) + 1), warmup=2, repeats=3, clock=lambda: float(next(ticks)))
+    assert t.n == 3 and len(calls) == 5  # the seeing call is the first warm-up call
+    calls.clear()
+    benchmark(lambda: calls.append(torch.ones(2) + 1), warmup=0, repeats=3, clock=lambda: float(next(ticks)))
+    assert len(calls) == 4  # with no warm-up, it is one more untimed call
+    cpu = torch.ones(2)
+    with pytest.raises(ValueError, match="'meta'"):  # CPU tensors found, the work seen all the same
+        benchmark(lambda: cpu.to("meta"))
+
+
+# wall clocks that time no tensor work: (file, why)
+WALL_CLOCKS = {
+    "labkit/course/gpucheck.py": "how long each check and the whole run took, printed for the reader",
+    "labkit/course/notebook.py": "a notebook's whole run",
+    "labkit/course/grade/bench.py": "a grading run's whole time",
+    "labkit/course/grade/judge.py": "a submission's limits",
+    "labkit/course/grade/wire.py": "a message's deadline",
+    "labkit/course/grade/worker.py": "an exercise's limit",
+    "labkit/env/ranks.py": "the ranks' start-up deadline",
+    "labkit/checks/lab07/planner.py": "a planner's Python search on a profile (no tensors)",
+    "labkit/bench/lab03.py": "the schedule solver's Python search (no tensors)",
+    "labkit/bench/fsdp.py": "the whole distributed run, printed beside its measured figures",
+}
+
+
+def test_no_host_clock_times_work_outside_timing():
+    clock = re.compile(r"\btime\.(perf_counter|time|monotonic|process_time)(_ns)?\(")
+    found = {}
+    for path in sorted((ROOT / "labkit").rglob("*.py")):
+        name = str(path.relative_to(ROOT))
+        lines = [i for i, line in enumerate(path.read_text().splitlines(), 1) if clock.search(line)]
+        if lines and name != "labkit/instruments/timing.py":
+            found[name] = lines
+    unexpected = {n: lines for n, lines in found.items() if n not in WALL_CLOCKS}
+    assert not unexpected, (f"a host clock outside labkit/instruments/timing.py at {unexpected}: time work with "
+                            "timing.benchmark, compare or wall_seconds, which use CUDA events on CUDA")
+    assert set(WALL_CLOCKS) <= set(found), f"listed but clock-free now: {set(WALL_CLOCKS) - set(found)}"
