@@ -7,21 +7,23 @@ SITE ?= site
 # test file each, one thread each (two workers on two cores: torch's own threads would only contend)
 TWO_WORKERS := LABKIT_PROFILE=tiny OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
-.PHONY: test hub-test student solutions site lock
+.PHONY: test long-test student solutions site lock
 
 test: $(STAMP)
 	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the labkit grade tests that need its sandbox are skipped"
 	@command -v chromium >/dev/null || echo "labkit: chromium is not installed: the browser tests (every notebook in JupyterLab in Chromium) are skipped; apt-get install chromium runs them"
 	$(PY) -m labkit student --check
-	$(TWO_WORKERS) -m "not browser and not hub" tests
+	$(TWO_WORKERS) -m "not browser and not hub and not redteam" tests
 	$(TWO_WORKERS) -m browser tests
 	LABKIT_PROFILE=cpu $(PY) -m pytest -q $(NBVAL) solutions
 
-# A JupyterHub booted for three students who pull a lab 00-01 bundle and run it in Chromium (tests/test_hub.py):
-# CI's second step, after `make test`
-hub-test: $(STAMP)
+# The suites too long for `make test`, CI's second step after it, side by side on the two workers: a JupyterHub
+# booted for three students who pull a lab 00-01 bundle and run it in Chromium (tests/test_hub.py), and
+# `labkit grade` against the red team's class of attacks (tests/test_grade_attacks.py)
+long-test: $(STAMP)
 	@command -v configurable-http-proxy >/dev/null || echo "labkit: configurable-http-proxy is not installed: the hub test is skipped; npm install -g configurable-http-proxy runs it"
-	$(PY) -m pytest -q -m hub tests
+	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the red-team grading tests are skipped"
+	$(TWO_WORKERS) -m "hub or redteam" tests
 
 # Re-execute the solutions in place (outputs are committed), then regenerate notebooks/.
 solutions: $(STAMP)

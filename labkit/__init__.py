@@ -3,6 +3,8 @@
 Notebooks use it as ``import labkit as lk``; this file is that surface. Where each part lives, and what may import
 what, is docs/design.md, "The package".
 """
+import importlib
+
 try:
     import torch  # noqa: F401  (every lab needs it; fail here with the fix, not deep inside)
 except ImportError as e:  # pragma: no cover - exercised by hand on a machine without torch
@@ -12,7 +14,7 @@ except ImportError as e:  # pragma: no cover - exercised by hand on a machine wi
         "then check with `python -m labkit doctor`."
     ) from e
 
-from labkit import bench, checks, instruments, planners, plans, plots, widgets
+from labkit import bench, checks, instruments, planners, plans
 from labkit import stubs
 from labkit.env.doctor import doctor
 from labkit.env.profile import profile, sizes
@@ -24,6 +26,16 @@ from labkit.models import (
     korthikanti_terms, layer_chain, mlp_input, next_token_loss, parameter_bytes,
 )
 from labkit.planners import advice
+
+
+
+def __getattr__(name: str):
+    """`lk.plots` and `lk.widgets`, imported when first used: they bring matplotlib and ipywidgets (most of a
+    second), which a grading box or a script that draws nothing does not need."""
+    if name in ("plots", "widgets"):
+        return importlib.import_module(f"labkit.{name}")
+    raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+
 
 stubs.install()  # in a notebook, a stub's NotImplementedError shows as one line naming its exercise
 

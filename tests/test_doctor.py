@@ -1,9 +1,10 @@
 """doctor: every failure path with injected values; the real machine only for shape, never for verdicts."""
 from __future__ import annotations
 
-import pytest
-
 import importlib
+import re
+
+import pytest
 
 dr = importlib.import_module("labkit.env.doctor")  # `labkit.env.doctor` the attribute is the function
 from labkit.env.doctor import Check, DoctorReport
@@ -11,20 +12,35 @@ from labkit.env.doctor import Check, DoctorReport
 
 # -- torch -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("version", ["2.5.0", "2.13.0+cpu", "2.6.0.dev20250101", "3.0"])
-def test_torch_recent_enough(version):
+@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.13.1+cu128", "2.13.0.dev20260101"])
+def test_a_tested_torch_passes(version):
     assert dr.check_torch(version).ok
 
 
 @pytest.mark.parametrize("version, detail", [
     (None, "torch does not import"),
-    ("2.4.1", "torch 2.4.1 is older than 2.5"),
-    ("1.13.1+cu117", "older than 2.5"),
+    ("2.12.1", "torch 2.12.1 is older than 2.13, the oldest labkit was tested on"),
+    ("2.5.0", "older than 2.13"),
+    ("1.13.1+cu117", "older than 2.13"),
 ])
 def test_torch_missing_or_old_fails_with_pip_fix(version, detail):
     c = dr.check_torch(version)
-    assert not c.ok and detail in c.detail
-    assert 'pip install "torch>=2.5"' in c.fix
+    assert not c.ok and c.severity == "error" and detail in c.detail
+    assert 'pip install "torch>=2.13"' in c.fix
+
+
+@pytest.mark.parametrize("version", ["2.14.0", "3.0"])
+def test_a_torch_newer_than_any_tested_is_a_warning(version):
+    c = dr.check_torch(version)
+    assert not c.ok and c.severity == "warning" and "newer than the releases labkit was tested on (2.13)" in c.detail
+
+
+def test_the_lowest_torch_allowed_is_the_oldest_tested_and_the_pinned_one_is_tested():
+    root = dr.__file__.rsplit("/labkit/", 1)[0]
+    pyproject = open(f"{root}/pyproject.toml").read()
+    assert f'"torch>={".".join(map(str, dr.MIN_TORCH))}",' in pyproject
+    pin = re.search(r"^TORCH_SPEC \?= torch==(\d+)\.(\d+)\.", open(f"{root}/tools/kit.mk").read(), re.M)
+    assert (int(pin[1]), int(pin[2])) in dr.TESTED_TORCH
 
 
 # -- profile ---------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """A hub that was really booted: JupyterHub on loopback, three students, the release bundle pulled into each home
-with the README's nbgitpuller link, labs 00 and 01 run side by side in Chromium (`make hub-test`, CI's second
+with the README's nbgitpuller link, labs 00 and 01 run side by side in Chromium (`make long-test`, CI's second
 step).
 
 Each student logs in (a shared password), gets a single-user JupyterLab of this venv in a home of its own, opens

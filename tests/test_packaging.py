@@ -30,9 +30,9 @@ def test_makefile_installs_a_pinned_torch_before_the_kit():
     assert "--system-site-packages" in makefile  # an existing torch (GPU hub image) is reused
 
 
-def test_ci_runs_make_test_then_the_hub_test_and_nothing_else():
+def test_ci_runs_make_test_then_the_long_tests_and_nothing_else():
     commands = [l for l in (ROOT / ".ci" / "run").read_text().splitlines() if l and not l.startswith("#")]
-    assert commands[-2:] == ["make test", "make hub-test"]
+    assert commands[-2:] == ["make test", "make long-test"]
 
 
 def test_installs_take_the_locked_versions_and_the_lock_leaves_torch_to_its_pin():
