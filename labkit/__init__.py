@@ -32,8 +32,10 @@ from labkit.planners import advice
 def __getattr__(name: str):
     """`lk.plots` and `lk.widgets`, imported when first used: they bring matplotlib and ipywidgets (most of a
     second), which a grading box or a script that draws nothing does not need."""
-    if name in ("plots", "widgets"):
-        return importlib.import_module(f"labkit.{name}")
+    if name == "plots":
+        return importlib.import_module("labkit.plots")
+    if name == "widgets":
+        return importlib.import_module("labkit.widgets")
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
 

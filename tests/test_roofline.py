@@ -69,6 +69,10 @@ def test_specs_carry_sources_and_sane_magnitudes():
         assert 1e13 < spec.peak_flops < 2e15  # dense 16-bit tensor cores: tens to hundreds of TFLOP/s
         assert 1e11 < spec.peak_bandwidth < 1e13  # hundreds of GB/s to a few TB/s
     assert rl.GPU_SPECS["H200"].peak_flops == rl.GPU_SPECS["H100"].peak_flops  # same die, faster memory
+    # every figure says its dtype: Turing's tensor cores have no bfloat16, so the T4's 65 TFLOP/s is float16's
+    assert {k: s.dtype for k, s in rl.GPU_SPECS.items()} == {
+        "T4": torch.float16, "A100": torch.bfloat16, "H100": torch.bfloat16, "H200": torch.bfloat16}
+    assert all(s.ceilings().dtype == s.dtype for s in rl.GPU_SPECS.values())
     assert rl.GPU_SPECS["H200"].peak_bandwidth > rl.GPU_SPECS["H100"].peak_bandwidth
 
 
