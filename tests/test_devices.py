@@ -87,6 +87,16 @@ def test_work_without_tensors_is_none_and_timed_on_the_cpu():
     assert found_device(lambda: torch.ones(2)) is None  # made inside: only a call sees it
 
 
+def test_a_closure_cell_not_yet_assigned_is_passed_over():
+    def outer():
+        def step():
+            return later.sum()
+        found = found_device(step)  # `later` is a cell of step's closure, empty until the next line
+        later = fake_cuda_tensor()
+        return found, found_device(step)
+    assert outer() == (None, CUDA1)
+
+
 def test_the_search_stops_at_its_depth_and_its_budget():
     deep = [fake_cuda_tensor()]
     for _ in range(DEPTH + 1):
