@@ -99,9 +99,9 @@ def test_a_closure_cell_not_yet_assigned_is_passed_over():
 
 def test_the_search_stops_at_its_depth_and_its_budget():
     deep = [fake_cuda_tensor()]
-    for _ in range(DEPTH + 1):
-        deep = [deep]
-    assert found_device(deep) is None and found_device(deep[0][0]) == CUDA1
+    for _ in range(DEPTH):
+        deep = [deep]  # the tensor DEPTH + 1 levels down: one past the search
+    assert found_device(deep) is None and found_device(deep[0]) == CUDA1
     assert found_device([[] for _ in range(BUDGET)] + [fake_cuda_tensor()]) is None
     assert found_device([[] for _ in range(BUDGET - 2)] + [fake_cuda_tensor()]) == CUDA1
 
