@@ -13,17 +13,18 @@ test: $(STAMP)
 	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the labkit grade tests that need its sandbox are skipped"
 	@command -v chromium >/dev/null || echo "labkit: chromium is not installed: the browser tests (every notebook in JupyterLab in Chromium) are skipped; apt-get install chromium runs them"
 	$(PY) -m labkit student --check
-	$(TWO_WORKERS) -m "not browser and not hub and not redteam" tests
+	$(TWO_WORKERS) -m "not browser and not hub and not long" tests
 	$(TWO_WORKERS) -m browser tests
 	LABKIT_PROFILE=cpu $(PY) -m pytest -q $(NBVAL) solutions
 
 # The suites too long for `make test`, CI's second step after it, side by side on the two workers: a JupyterHub
 # booted for three students who pull a lab 00-01 bundle and run it in Chromium (tests/test_hub.py), and
-# `labkit grade` against the red team's class of attacks (tests/test_grade_attacks.py)
+# `labkit grade` against the red team's class of attacks (tests/test_grade_attacks.py), and every lab's predicted peak
+# against its solution run whole under the meter (tests/test_lab_peaks.py); marker `long`
 long-test: $(STAMP)
 	@command -v configurable-http-proxy >/dev/null || echo "labkit: configurable-http-proxy is not installed: the hub test is skipped; npm install -g configurable-http-proxy runs it"
 	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the red-team grading tests are skipped"
-	$(TWO_WORKERS) -m "hub or redteam" tests
+	$(TWO_WORKERS) -m "hub or long" tests
 
 # Re-execute the solutions in place (outputs are committed), then regenerate notebooks/.
 solutions: $(STAMP)

@@ -168,6 +168,15 @@ def test_where_nothing_is_found_and_cuda_is_there_one_call_shows_the_device(monk
     cpu = torch.ones(2)
     with pytest.raises(ValueError, match="'meta'"):  # CPU tensors found, the work seen all the same
         benchmark(lambda: cpu.to("meta"))
+    assert benchmark(lambda: None, repeats=2, clock=lambda: float(next(ticks))).n == 2  # no op seen: the CPU
+
+
+def test_settling_on_cuda_waits_for_the_device(monkeypatch):
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    timing._settle(torch.device("cpu"))
+    timing._settle(CUDA1)
+    assert waited == [CUDA1]
 
 
 # wall clocks that time no tensor work: (file, why)

@@ -7,7 +7,7 @@ exercise; every correct submission, graded after them in the same run, passes; t
 environment are as they were. The one attack this design does not stop (a local exercise's verdict forged by code
 that studies the worker's protocol) is a strict xfail: docs/design.md, "Grading a class", says why.
 
-Marker `redteam`: two gradings of some thirty submissions take minutes, so `make long-test` (CI's second step)
+Marker `long`: two gradings of some thirty submissions take minutes, so `make long-test` (CI's second step)
 runs this file, not `make test`.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pytest
 from labkit.course.grade import sandbox
 from test_grade import ROOT, SOLUTION, answered, cell_of, run_grade, save, statuses
 
-pytestmark = pytest.mark.redteam
+pytestmark = pytest.mark.long
 needs_bwrap = pytest.mark.skipif(sandbox.unusable() is not None, reason=str(sandbox.unusable()))
 KIT = str(ROOT)
 WRONG = ("        return (None, *[x.grad for x in inputs])", "        return (None, *[x.grad * 2 for x in inputs])")

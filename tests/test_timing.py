@@ -1,6 +1,7 @@
 """timing: arithmetic, call counts and ABBA order, against a fake clock; never wall-clock values."""
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import pytest
@@ -179,6 +180,22 @@ def test_comparison_str_names_the_direction_and_counts():
     text = str(Comparison([0.010, 0.010, 0.010], [0.020, 0.020, 0.020]))
     assert text.startswith("B/A = 2× ± 0 (median of 3 paired ratios, IQR/2)")
     assert "A 10 ms" in text and "B 20 ms" in text
+
+
+def test_comparison_str_gives_half_the_interquartile_range_of_the_ratios_and_is_frozen():
+    c = Comparison([1.0] * 5, [1.0, 2.0, 3.0, 4.0, 5.0])  # ratios 1..5: quartiles 2 and 4
+    assert str(c).startswith("B/A = 3× ± 1 (median of 5 paired ratios")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.times_a = []  # a measurement is not edited after it was taken
+
+
+def test_the_defaults_are_two_warm_up_calls_and_seven_timed_ones():
+    clock = FakeClock()
+    fn = clock.work([0.1] * 9)
+    assert benchmark(fn, clock=clock).n == 7 and len(fn.calls) == 9
+    log: list[str] = []
+    c = compare(clock.work([0.1] * 9, log, "A"), clock.work([0.1] * 9, log, "B"), clock=clock)
+    assert len(c.times_a) == 7 and log.count("A") == 9
 
 
 def test_compare_alternates_abba_after_warming_both():
