@@ -117,8 +117,10 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
               + 2 * (gpt_param_count(deep) * 4 + wide_params + gpt_param_count(small) * 4),
         # the language model's plain step (the stack's, and its logits, their float copy, log-softmax and
         # gradient) beside the notebook's model: in the plans' comparison, on one copy with gradients and Adam's
-        # state; in the batch search, up to OVER (1.25) times the budget (itself under the plain step's peak)
-        "07": max(_gpt_step(deep, 5) + logits, 5 * (_gpt_step(deep, 4) + logits) // 4 + gpt_param_count(deep) * 4),
+        # state; in the batch search, a step run when its predicted peak is up to OVER (1.25) times the budget
+        # (itself under the plain step's peak), and measured up to 5% over its prediction (the planner's error:
+        # tests/test_lab_peaks.py saw 64.0 MiB against 63.6 at 1.25 on the cpu sizes), so 1.25 x 1.05 = 21/16
+        "07": max(_gpt_step(deep, 5) + logits, 21 * (_gpt_step(deep, 4) + logits) // 16 + gpt_param_count(deep) * 4),
     }
 
 
