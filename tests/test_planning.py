@@ -2,6 +2,7 @@
 and bad input refused by name."""
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -214,6 +215,35 @@ def test_the_largest_batch_is_found_by_doubling_and_bisection(threshold, most, s
     assert all(1 <= b <= most for b in tried) and len(tried) <= 2 * most.bit_length() + 2
     with pytest.raises(ValueError, match="most=0"):
         largest_batch(fits, 1, 0)
+
+
+def test_the_batches_tried_are_the_doubling_then_the_bisection():
+    tried = []
+    assert largest_batch(lambda b: tried.append(b) or b <= 5, 1, 64) == 5
+    assert tried == [1, 2, 4, 8, 6, 5]  # doubling to the first that does not fit, then halving the gap
+    tried.clear()
+    assert largest_batch(lambda b: tried.append(b) or b <= 2, 16, 64) == 2
+    assert tried == [16, 8, 4, 2, 3]  # below a start that does not fit: bisection from 0
+
+
+def test_applied_runs_each_way_as_its_name_says_by_the_meter_not_by_its_own_profile():
+    """The profile measures each way through `applied` too, so a swap of two ways would predict its own swapped
+    bytes to the byte: here the bytes a forward leaves alive under each plan (the meter) are held against each
+    other directly, on a stack long enough (s = 128) for attention's s² tensors to dominate."""
+    cfg = lk.sizes().long_gpt(n_layers=3, seq=128)
+    torch.manual_seed(0)
+    model, x = lk.GPTStack(cfg), lk.gpt_input(cfg, requires_grad=True)
+
+    def held(plan):
+        with applied(model, plan) if plan is not None else contextlib.nullcontext():
+            with lk.MemoryMeter(model, x, history=True) as meter:
+                out = model(x)  # held: its graph holds what the forward saved
+            del out
+        return meter.timeline[-1].live_bytes
+    plain = held(None)
+    kept, selective, full = (held(scheme_plan(name, 3)) for name in ("none", "selective", "full"))
+    assert kept == plain  # a kept block is run plainly
+    assert full < selective < plain / 2  # core attention's s² tensors recomputed; all of every block
 
 
 # ---------------------------------------------------------------- measured, on the tiny profile
