@@ -224,6 +224,8 @@ def test_the_batches_tried_are_the_doubling_then_the_bisection():
     tried.clear()
     assert largest_batch(lambda b: tried.append(b) or b <= 2, 16, 64) == 2
     assert tried == [16, 8, 4, 2, 3]  # below a start that does not fit: bisection from 0
+    tried.clear()
+    assert largest_batch(lambda b: tried.append(b) or True) == 2**16 and tried[0] == 1  # by default: 1 to 65,536
 
 
 def test_applied_runs_each_way_as_its_name_says_by_the_meter_not_by_its_own_profile():
@@ -244,6 +246,20 @@ def test_applied_runs_each_way_as_its_name_says_by_the_meter_not_by_its_own_prof
     kept, selective, full = (held(scheme_plan(name, 3)) for name in ("none", "selective", "full"))
     assert kept == plain  # a kept block is run plainly
     assert full < selective < plain / 2  # core attention's s² tensors recomputed; all of every block
+
+
+def test_applied_offloads_the_offloaded_block_only(monkeypatch):
+    """On a CPU offloading moves nothing off the device, so the bytes cannot tell it from keeping: the calls can."""
+    from labkit.planners import applying
+    cfg = lk.sizes().gpt(n_layers=3)
+    model, x = lk.GPTStack(cfg), lk.gpt_input(cfg)
+    calls = []
+    monkeypatch.setattr(applying, "offloaded", lambda f, h: calls.append(h.shape) or f(h))
+    for plan, offloaded in [(scheme_plan("none", 3), 0), ([Step(0, 1, KEEP), Step(1, 2, OFFLOAD), Step(2, 3, KEEP)], 1)]:
+        calls.clear()
+        with applied(model, plan):
+            model(x)
+        assert len(calls) == offloaded, plan
 
 
 # ---------------------------------------------------------------- measured, on the tiny profile
