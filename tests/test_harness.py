@@ -44,6 +44,7 @@ def test_correct_checkpoints_are_bitwise_equal_on_the_gpt_stack_with_dropout(gpt
     assert report.ok, f"{name}:\n{report}"
     names = report.names()
     assert {"output", "loss", "grad input", "rng cpu", "saved-tensor metadata"} <= set(names)
+    assert names[:4] == ["output", "loss", "saved-tensor metadata", "grad input"]  # metadata after output and loss
     assert len(report.names("grad blocks.")) == sum(1 for n, _ in gpt[0].named_parameters() if n.startswith("blocks."))
 
 
