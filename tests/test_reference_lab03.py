@@ -183,3 +183,10 @@ def test_the_planner_counts_bytes_in_at_most_4096_units():
     unit, act, inp = _slots(ChainCosts(act=[2048, 2047], inp=[1, 1], fwd=[1.0, 1.0], extra=0))
     assert (unit, act, inp) == (2, [1024, 1024], [1, 1])
     assert _slots(ChainCosts(act=[2047, 2047], inp=[1, 1], fwd=[1.0, 1.0], extra=0))[0] == 1  # 4096 units: kept
+
+
+def test_a_chain_whose_layers_keep_less_than_their_input_is_refused_naming_the_first():
+    chain = nn.Sequential(nn.Linear(4, 8), nn.Identity(), nn.Linear(8, 2), nn.Identity())
+    with pytest.raises(ValueError, match=r"layer 1 keeps 0 B, less than its input \(96 B\): the planner's model "
+                                         r"needs layers that keep their own input"):
+        S.profile_chain(chain, torch.ones(3, 4))
