@@ -98,6 +98,7 @@ def test_schemes_order_by_memory_as_the_labs_taught(deep_situation):
     over = {n: c.overhead for n, c in deep_situation.schemes.items()}
     # recomputed forwards over the plain step: full's every block, √n's a subset, selective's core attention
     assert 0 < over["sqrt_n"] < over["full"] < 1 and 0 < over["selective"] < over["full"]
+    assert over["selective"] > 1e-3  # a fraction of a step, not seconds times seconds: core attention's forward
 
 
 def test_each_predicted_peak_is_within_a_tenth_of_the_measured_one(deep_situation):
