@@ -255,7 +255,8 @@ def test_applied_offloads_the_offloaded_block_only(monkeypatch):
     model, x = lk.GPTStack(cfg), lk.gpt_input(cfg)
     calls = []
     monkeypatch.setattr(applying, "offloaded", lambda f, h: calls.append(h.shape) or f(h))
-    for plan, offloaded in [(scheme_plan("none", 3), 0), ([Step(0, 1, KEEP), Step(1, 2, OFFLOAD), Step(2, 3, KEEP)], 1)]:
+    one_offloaded = [Step(0, 1, KEEP), Step(1, 2, OFFLOAD), Step(2, 3, KEEP)]
+    for plan, offloaded in [(scheme_plan("none", 3), 0), (one_offloaded, 1)]:
         calls.clear()
         with applied(model, plan):
             model(x)

@@ -2,9 +2,9 @@
 
 A training step handed to ``benchmark`` is nearly always a closure: ``lambda: step(model, x)``, a function made by
 another (``train_step(model, opt, x, loss)``), a ``functools.partial``, a bound method. Its tensors are not among
-its arguments, and a search that looks at the arguments alone finds none and times CUDA work with the host clock,
-which returns before the kernels finish (labkit/instruments/timing.py, Rule 4). So the search goes where a closure
-keeps its tensors:
+its arguments, and a search that looks at the arguments alone finds none and times CUDA work with the host
+clock, which returns before the kernels finish (the fourth rule of labkit/instruments/timing.py). So the search
+goes where a closure keeps its tensors:
 
 - a function's closure cells, default arguments, and the globals its code names (a notebook's ``lambda: f(x)``
   reads ``x`` from the notebook's globals), nested functions' code included;
