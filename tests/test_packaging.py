@@ -5,6 +5,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -84,3 +86,46 @@ def test_a_student_bundle_installs_the_notebooks_tools_and_the_repository_its_de
     shutil.copy(ROOT / "pyproject.toml", bundle)
     assert '-e ".[dev]"' in install_line(ROOT)
     assert '-e "."' in install_line(bundle) and "[dev]" not in install_line(bundle)
+
+
+def test_the_install_rule_reads_its_torch_floor_from_the_tested_range():
+    from labkit.env import doctor
+    floor = re.search(r"^TORCH_FLOOR := (\d+)\.(\d+)$", (ROOT / "tools" / "kit.mk").read_text(), re.M)
+    assert floor and (int(floor[1]), int(floor[2])) == doctor.MIN_TORCH
+
+
+def _python_with_torch(folder: Path, version: str) -> None:
+    """`folder`/.venv/bin/python: this Python, importing a torch module that only says it is `version`."""
+    import sys
+    fake = folder / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    python = folder / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={fake} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+
+
+@pytest.mark.parametrize("version, fits", [("2.8.0+cu121", False), ("2.12.1", False), ("2.13.0", True),
+                                           ("2.13.0+cu128", True), ("2.14.0a0+git1234", True), ("3.0.0", True)])
+def test_a_torch_older_than_the_floor_is_told_apart(tmp_path, version, fits):
+    import subprocess
+    _python_with_torch(tmp_path, version)
+    makefile = (ROOT / "tools" / "kit.mk").read_text()
+    code = next(l for l in makefile.splitlines() if l.startswith("export TORCH_FITS := ")).split(":= ", 1)[1]
+    run = subprocess.run([str(tmp_path / ".venv" / "bin" / "python"), "-c", code, "2.13"], capture_output=True, text=True)
+    assert (run.returncode == 0) == fits and run.stdout.strip() == version
+
+
+def test_a_hub_s_older_torch_stops_the_install_instead_of_being_replaced(tmp_path):
+    """A venv whose Python already imports torch 2.8 (a GPU hub image's): the rule stops before pip, saying why and
+    how to go on; nothing is installed."""
+    import shutil
+    import subprocess
+    _python_with_torch(tmp_path, "2.8.0+cu121")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    run = subprocess.run(["make", "-f", str(ROOT / "tools" / "kit.mk"), "-C", str(tmp_path), ".venv/.installed"],
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "step 2 of 2" not in run.stdout
+    assert "torch 2.8.0+cu121 is older than 2.13" in run.stdout and "make lab TORCH_UPGRADE=1" in run.stdout
+    assert not (tmp_path / ".venv" / ".installed").exists()
