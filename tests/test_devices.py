@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from labkit.instruments import timing
-from labkit.instruments.devices import BUDGET, DEPTH, found_device
+from labkit.instruments.devices import BUDGET, DEPTH, found_device, pick
 from labkit.instruments.timing import benchmark, compare, resolve_device, wall_seconds
 from labkit.planners.measuring import train_step
 from test_timing import fake_cuda_tensor
@@ -151,7 +151,45 @@ def test_work_on_another_device_is_refused_by_name():
         benchmark(lambda: m + 1)
     with pytest.raises(ValueError, match="'meta'"):
         compare(lambda: None, lambda: m + 1)
+    with pytest.raises(ValueError, match="'meta'"):
+        benchmark(lambda: None, device="meta")  # asked for by name: refused all the same
+    with pytest.raises(ValueError, match="'mps'"):
+        pick([torch.device("cpu"), torch.device("mps")])  # beside the CPU too: its kernels run on their own
     assert benchmark(lambda: m + 1, device="cpu", repeats=1).n == 1  # an explicit device wins
+
+
+def test_meta_tensors_beside_real_work_are_passed_over():
+    meta, cpu = torch.ones(2, device="meta"), torch.ones(2)
+    assert found_device(meta, cpu) == torch.device("cpu")
+    assert found_device([meta], fake_cuda_tensor()) == CUDA1
+    model = nn.Linear(2, 2)
+    model.register_buffer("shape_only", torch.empty(3, device="meta"))
+    assert resolve_device(None, lambda: model(cpu)) == torch.device("cpu")
+
+
+class _Raising:
+    """An object whose attributes raise when read (a lazy proxy, a half-torn-down handle)."""
+
+    @property
+    def __dict__(self):
+        raise RuntimeError("not now")
+
+
+class _Counting(list):
+    def __init__(self, items):
+        super().__init__(items)
+        self.read = 0
+
+    def __iter__(self):
+        for item in super().__iter__():
+            self.read += 1
+            yield item
+
+
+def test_what_cannot_be_looked_into_is_passed_over_and_a_huge_list_is_read_only_to_the_budget():
+    assert found_device([_Raising(), fake_cuda_tensor()]) == CUDA1
+    huge = _Counting([0] * (10 * BUDGET))
+    assert found_device(huge) is None and huge.read <= BUDGET + 1
 
 
 def test_where_nothing_is_found_and_cuda_is_there_one_call_shows_the_device(monkeypatch):
@@ -166,9 +204,17 @@ def test_where_nothing_is_found_and_cuda_is_there_one_call_shows_the_device(monk
     benchmark(lambda: calls.append(torch.ones(2) + 1), warmup=0, repeats=3, clock=lambda: float(next(ticks)))
     assert len(calls) == 4  # with no warm-up, it is one more untimed call
     cpu = torch.ones(2)
-    with pytest.raises(ValueError, match="'meta'"):  # CPU tensors found, the work seen all the same
-        benchmark(lambda: cpu.to("meta"))
+    assert benchmark(lambda: cpu.to("meta"), repeats=2, clock=lambda: float(next(ticks))).n == 2  # meta beside CPU
     assert benchmark(lambda: None, repeats=2, clock=lambda: float(next(ticks))).n == 2  # no op seen: the CPU
+
+
+def test_wall_seconds_where_nothing_names_cuda_waits_for_the_current_cuda_device(events, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert wall_seconds(lambda: None, clock=iter([0.0, 3.0]).__next__) == 3.0
+    assert events["synchronized"] == [CUDA1, CUDA1] and events["timed"] == 0
+    assert wall_seconds(lambda: None, "cpu", clock=iter([0.0, 1.0]).__next__) == 1.0  # named: the CPU only
+    assert events["synchronized"][2:] == [torch.device("cpu")] * 2
 
 
 def test_settling_on_cuda_waits_for_the_device(monkeypatch):
@@ -195,7 +241,7 @@ WALL_CLOCKS = {
 
 
 def test_no_host_clock_times_work_outside_timing():
-    clock = re.compile(r"\btime\.(perf_counter|time|monotonic|process_time)(_ns)?\(")
+    clock = re.compile(r"\btime\.(perf_counter|time|monotonic|process_time)(_ns)?\b|\bfrom time import\b")
     found = {}
     for path in sorted((ROOT / "labkit").rglob("*.py")):
         name = str(path.relative_to(ROOT))

@@ -185,6 +185,14 @@ def test_importing_labkit_imports_no_lab_s_code():
     assert out.strip() == "[]"
 
 
+def test_importing_labkit_leaves_the_drawing_libraries_until_a_lab_draws():
+    code = ("import labkit as lk, sys; drawing = ('matplotlib', 'ipywidgets')\n"
+            "print(sorted(m for m in drawing if m in sys.modules))\n"
+            "lk.plots; print(sorted(m for m in drawing if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.split() == ["[]", "['matplotlib']"]
+
+
 def test_labkit_keeps_at_most_eight_files_at_its_top_level():
     top = sorted(p.name for p in (ROOT / "labkit").glob("*.py"))
     assert len(top) <= 8, top

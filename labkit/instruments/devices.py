@@ -11,14 +11,17 @@ goes where a closure keeps its tensors:
 - a ``functools.partial``'s function and arguments, a bound method's object, a callable object's attributes;
 - modules (parameters and buffers), optimizers (their parameters and state), lists, tuples, sets and dicts.
 
-It stops at Python modules and classes, a few levels down and after a few thousand objects. Where it finds
+It stops at Python modules and classes, a few levels down and after a few thousand objects (it then answers
+from what it found so far); an object it cannot look into (its attributes raise) is passed over. Where it finds
 nothing and CUDA is available, ``seen_in`` runs the work once and looks at the tensors its operations touch
-(a ``TorchDispatchMode``). Work on any device other than the CPU and CUDA (``meta``, ``mps``, ...) is refused,
-naming the device: the kit has no honest clock for it.
+(a ``TorchDispatchMode``). Work on a device other than the CPU and CUDA (``mps``, ``xpu``, ...) is refused,
+naming the device: the kit has no honest clock for it. ``meta`` tensors hold no data and run no kernels, so
+beside CPU or CUDA tensors they are passed over; work on ``meta`` alone is refused.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import types
 from typing import Any, Callable, Iterable, Iterator
 
@@ -29,7 +32,7 @@ from torch.utils._pytree import tree_leaves
 __all__ = ["found_device", "seen_in", "pick"]
 
 DEPTH = 6  # levels of closures, attributes and containers followed from what was given
-BUDGET = 5000  # objects looked at, at most, before the search gives up (it then says nothing)
+BUDGET = 5000  # objects looked at, at most; past it the search answers from what it has found
 
 
 def _code_names(code: types.CodeType) -> Iterator[str]:
@@ -79,33 +82,46 @@ def _tensors_of(value: Any) -> Iterable[torch.Tensor]:
     return ()
 
 
+def _refused(device: torch.device) -> ValueError:
+    return ValueError(f"the work to time runs on device {str(device)!r}, which labkit cannot time: it times "
+                      "work on the CPU (host clock) and on CUDA (CUDA events). Run it on one of those, or "
+                      "pass device='cpu' to time the host's side only")
+
+
 def pick(devices: Iterable[torch.device]) -> torch.device | None:
-    """CUDA if any of `devices` is CUDA (the first such), else CPU if any is, else None; any other device is
-    refused by name."""
+    """CUDA if any of `devices` is CUDA (the first such), else CPU if any is, else None. Any other device is
+    refused by name, but `meta` only where it is alone (a meta tensor beside real ones runs no kernel)."""
     seen: list[torch.device] = []
+    meta: torch.device | None = None
     for d in devices:
-        if d.type not in ("cpu", "cuda"):
-            raise ValueError(f"the work to time runs on device {str(d)!r}, which labkit cannot time: it times "
-                             "work on the CPU (host clock) and on CUDA (CUDA events). Run it on one of those, or "
-                             "pass device='cpu' to time the host's side only")
-        seen.append(d)
+        if d.type == "meta":
+            meta = d
+        elif d.type not in ("cpu", "cuda"):
+            raise _refused(d)
+        else:
+            seen.append(d)
+    if meta is not None and not seen:
+        raise _refused(meta)
     return next((d for d in seen if d.type == "cuda"), seen[0] if seen else None)
 
 
 def found_device(*values: Any) -> torch.device | None:
     """The device of the tensors reachable from `values` (see the module's docstring), None where none is."""
     devices: list[torch.device] = []
-    looked: set[int] = set()
+    looked: dict[int, Any] = {}  # id -> the object, held so that a freed temporary's id is not taken again
     level = list(values)
     for _ in range(DEPTH + 1):
         following: list[Any] = []
         for value in level:
             if id(value) in looked or len(looked) >= BUDGET:
                 continue
-            looked.add(id(value))
-            devices += [t.device for t in _tensors_of(value)]
-            if not isinstance(value, torch.Tensor):
-                following += list(_inside(value))
+            looked[id(value)] = value
+            try:
+                devices += [t.device for t in _tensors_of(value)]
+                if not isinstance(value, torch.Tensor):
+                    following += itertools.islice(_inside(value), BUDGET - len(looked) + 1)
+            except Exception:  # an object whose attributes or items raise when read: passed over
+                continue
         level = following
     return pick(devices)
 

@@ -124,32 +124,40 @@ def _check_counts(warmup: object, repeats: object) -> None:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
 
+def _given_or_found(device: str | torch.device | None, values: tuple[Any, ...]) -> torch.device | None:
+    """`device` if given (CPU or a CUDA device torch sees), else what a search of `values` finds (None: nothing)."""
+    if device is None:
+        return found_device(*values)
+    device = pick([torch.device(device)])  # a device labkit cannot time is refused by name
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={str(device)!r} but torch sees no CUDA device; "
+                         "pass device='cpu' or leave it None")
+    return device
+
+
+def _may_hide_cuda(device: torch.device | None) -> bool:
+    """Whether work found on `device` (None: nothing found) might still run CUDA kernels a search cannot see."""
+    return (device is None or device.type == "cpu") and torch.cuda.is_available()
+
+
 def resolve_device(device: str | torch.device | None, *values: Any) -> torch.device:
     """The device to time on: `device` if given, else the device of the tensors reachable from `values` (through
     closures, modules and optimizers: labkit/instruments/devices.py), CUDA if any is there, else CPU."""
-    if device is not None:
-        device = torch.device(device)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device={str(device)!r} but torch sees no CUDA device; "
-                             "pass device='cpu' or leave it None")
-        return device
-    return found_device(*values) or torch.device("cpu")
+    return _given_or_found(device, values) or torch.device("cpu")
 
 
 def _warm_up(calls: tuple[Callable[[], Any], ...], warmup: int, device: str | torch.device | None,
              values: tuple[Any, ...]) -> torch.device:
     """Run the warm-up calls and return the device to time on. Where neither `device` nor a search of `values`
-    names CUDA and CUDA is available, the first warm-up round (or one more untimed round, with warmup=0) runs
-    under a mode that sees which devices its operations use, so that no CUDA work is timed with the host clock
-    (a tensor made inside the work is found no other way)."""
-    if device is not None:
-        device = resolve_device(device)
-    else:
-        device = found_device(*values)
-        if (device is None or device.type == "cpu") and torch.cuda.is_available():
-            device = pick([*([device] if device else []), *(d for d in map(seen_in, calls) if d is not None)])
-            warmup = max(warmup - 1, 0)
-        device = device or torch.device("cpu")
+    names CUDA and CUDA is available, the first warm-up round runs under a mode that sees which devices its
+    operations use, so that no CUDA work is timed with the host clock (a tensor made inside the work is found no
+    other way); with warmup=0 that seeing round is one untimed round all the same."""
+    given = device is not None
+    device = _given_or_found(device, values)
+    if not given and _may_hide_cuda(device):
+        device = pick([*([device] if device else []), *(d for d in map(seen_in, calls) if d is not None)])
+        warmup = max(warmup - 1, 0)
+    device = device or torch.device("cpu")
     with _on(device):
         for _ in range(warmup):
             for call in calls:
@@ -193,9 +201,14 @@ def wall_seconds(call: Callable[[], Any], device: str | torch.device | None = No
                  clock: Clock = time.perf_counter) -> float:
     """Host-clock seconds of one `call` of work that waits on the host as well as the device (an input pipeline
     feeding training steps), the device's queued work included: on CUDA it is synchronized before the clock stops.
-    The device is found as `benchmark` finds it, from `call` and `values`."""
+    The device is `device`, else found as `benchmark` finds it, from `call` and `values`; `call` runs once only,
+    so where nothing names CUDA and CUDA is available, the current CUDA device is synchronized as well."""
     check_callable(call, "wall_seconds", "call")
-    device = resolve_device(device) if device is not None else found_device(call, *values) or torch.device("cpu")
+    given = device is not None
+    device = _given_or_found(device, (call, *values))
+    if not given and _may_hide_cuda(device):
+        device = torch.device("cuda", torch.cuda.current_device())
+    device = device or torch.device("cpu")
     _settle(device)
     t0 = clock()
     call()
@@ -211,7 +224,7 @@ def benchmark(fn: Callable[..., Any], *args: Any, warmup: int = 2, repeats: int 
     The device is `device`, else CUDA when any tensor reachable from `fn` and
     its arguments (closures, modules, optimizers: devices.py) is on CUDA, else
     CPU; where nothing is found and CUDA is available, the first warm-up call
-    shows which device the work uses. On CUDA
+    (with warmup=0, one untimed call) shows which device the work uses. On CUDA
     each call is timed with CUDA events; on CPU with `clock` (seconds). The
     names warmup, repeats, device and clock are taken by benchmark itself, so
     `fn` cannot receive keyword arguments of those names through it.
