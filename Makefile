@@ -3,8 +3,9 @@ include tools/kit.mk
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 SITE ?= site
-# The unit tests, then the browser tests (their own step, timed on its own), on two pytest-xdist workers, one
-# test file each, one thread each (two workers on two cores: torch's own threads would only contend)
+# The unit tests, then the browser tests (their own step, timed on its own), then the solutions under nbval, each on
+# two pytest-xdist workers, one test file (one notebook) each, one thread each (two workers on two cores: torch's own
+# threads would only contend)
 TWO_WORKERS := LABKIT_PROFILE=tiny OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 .PHONY: test long-test student solutions site lock
@@ -15,7 +16,7 @@ test: $(STAMP)
 	$(PY) -m labkit student --check
 	$(TWO_WORKERS) -m "not browser and not hub and not long" tests
 	$(TWO_WORKERS) -m browser tests
-	LABKIT_PROFILE=cpu $(PY) -m pytest -q $(NBVAL) solutions
+	LABKIT_PROFILE=cpu OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile $(NBVAL) solutions
 
 # The suites too long for `make test`, CI's second step after it, side by side on the two workers: a JupyterHub
 # booted for three students who pull a lab 00-01 bundle and run it in Chromium (tests/test_hub.py), and
