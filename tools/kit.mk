@@ -14,9 +14,6 @@ TORCH_PIP_ARGS ?=
 # stops the install: pip would replace it in the venv with the public index's build (a CUDA build of several GB,
 # not necessarily for this machine's driver) instead of keeping it. TORCH_UPGRADE=1 lets pip replace it.
 TORCH_FLOOR := 2.13
-# pip's progress shown; no byte-compiling of every installed file (14,000 .py files with the developer tools):
-# Python compiles the modules a lab imports when it first imports them
-PIP_FLAGS := --progress-bar on --no-compile
 TORCH_UPGRADE ?=
 # exit 0 when the torch this Python imports is at least TORCH_FLOOR (argv[1]); print its version either way
 export TORCH_FITS := import re, sys, torch; print(torch.__version__); have = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2]); sys.exit(0 if have >= tuple(int(p) for p in sys.argv[1].split(".")) else 1)
@@ -50,7 +47,7 @@ $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	    echo "labkit: 3.11). For it, stop (Ctrl-C) and run: make lab TORCH_PIP_ARGS='--index-url <the CPU index>'"; \
 	    echo "labkit: (PyTorch's install selector, Linux, Pip, CPU, gives that index)."; \
 	  fi; \
-	  $(PY) -m pip install $(PIP_FLAGS) $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
+	  $(PY) -m pip install --progress-bar on $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
 	elif ! have=$$($(PY) -c "$$TORCH_FITS" $(TORCH_FLOOR)) && [ -z "$(TORCH_UPGRADE)" ]; then \
 	  echo "labkit: this Python's torch $$have is older than $(TORCH_FLOOR), the oldest the kit is tested on;"; \
 	  echo "labkit: pip would replace it in $(VENV) with the public index's torch (a CUDA build of several GB,"; \
@@ -61,7 +58,7 @@ $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	@if [ -f "$(LOCK)" ] && $(PY) -c "$$LOCK_FITS" "$(LOCK)"; then set -- -c "$(LOCK)"; \
 	elif [ -f "$(LOCK)" ]; then echo "labkit: $(LOCK) was made with a newer Python than $$($(PY) -V); installing the newest versions pyproject.toml allows"; fi; \
 	echo "labkit: step 2 of 2, installing the kit$(if $(EXTRAS), and its developer tools,) (JupyterLab, ipywidgets, matplotlib: a few minutes)"; \
-	$(PY) -m pip install $(PIP_FLAGS) -e ".$(EXTRAS)" "$$@" || { \
+	$(PY) -m pip install --progress-bar on -e ".$(EXTRAS)" "$$@" || { \
 	  echo "labkit: the install failed$(if $(wildcard $(LOCK)), with the tested versions of $(LOCK); \`make $(firstword $(MAKECMDGOALS) lab) LOCK=\` installs without them)"; \
 	  exit 1; }
 	@touch $(STAMP)
