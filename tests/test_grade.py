@@ -500,6 +500,7 @@ def test_every_completed_lab_passes_grading_and_a_hard_coded_answer_does_not(tmp
 
 @needs_bwrap
 @pytest.mark.slow
+@pytest.mark.long  # a class of ten graded in the sandbox, about 85 s: `make long-test`
 def test_bench_grade_grades_a_generated_class_sandboxed_with_every_verdict_as_expected():
     """`bench grade` on a class of 10 (the figures at 1, 10 and 100 are the benchmark's, not a test's): the keys the
     notes read, a box per submission, and every generated verdict (passes, stubs, a wrong 2.1) as it should be."""
