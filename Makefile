@@ -25,7 +25,7 @@ test: $(STAMP)
 # (tests/test_lab_peaks.py); marker `long`
 long-test: $(STAMP)
 	@command -v configurable-http-proxy >/dev/null || echo "labkit: configurable-http-proxy is not installed: the hub test is skipped; npm install -g configurable-http-proxy runs it"
-	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the red-team grading tests are skipped"
+	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the red-team and bench grade tests are skipped"
 	$(TWO_WORKERS) -m "hub or long" tests
 
 # Re-execute the solutions in place (outputs are committed), then regenerate notebooks/.

@@ -160,11 +160,11 @@ class _ScaleChain(nn.Module):
         return x
 
 
-@pytest.mark.parametrize("n", [4, 9])
+@pytest.mark.parametrize("n", [4, 7, 9])
 def test_the_sqrt_n_prediction_is_exact_where_each_block_keeps_only_its_input(n):
     """√n keeps the first input of every segment but the last, drops what the blocks of those segments saved,
     and rebuilds one segment at a time: on blocks that save just their input (so the attribution has nothing to
-    misjudge) the prediction is the measured peak to the byte, at two segments and at three."""
+    misjudge) the prediction is the measured peak to the byte, at two segments, at three, and at 2, 2, 3."""
     torch.manual_seed(0)
     s = situation(_ScaleChain(n, 64), torch.randn(32, 64, requires_grad=True), 10**9, repeats=1)
     assert s.schemes["sqrt_n"].predicted_bytes == s.schemes["sqrt_n"].peak_bytes < s.schemes["none"].peak_bytes

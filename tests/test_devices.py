@@ -211,10 +211,13 @@ def test_where_nothing_is_found_and_cuda_is_there_one_call_shows_the_device(monk
 def test_wall_seconds_where_nothing_names_cuda_waits_for_the_current_cuda_device(events, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
-    assert wall_seconds(lambda: None, clock=iter([0.0, 3.0]).__next__) == 3.0
-    assert events["synchronized"] == [CUDA1, CUDA1] and events["timed"] == 0
+    started = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: bool(started))
+    assert wall_seconds(lambda: started.append(1), clock=iter([0.0, 3.0]).__next__) == 3.0  # the work started CUDA
+    assert events["synchronized"] == [torch.device("cpu"), torch.device("cpu"), CUDA1] and events["timed"] == 0
+    events["synchronized"].clear()
     assert wall_seconds(lambda: None, "cpu", clock=iter([0.0, 1.0]).__next__) == 1.0  # named: the CPU only
-    assert events["synchronized"][2:] == [torch.device("cpu")] * 2
+    assert events["synchronized"] == [torch.device("cpu")] * 2
 
 
 def test_settling_on_cuda_waits_for_the_device(monkeypatch):

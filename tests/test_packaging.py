@@ -1,7 +1,9 @@
 """pyproject.toml and environment.yml describe the same dependencies; the install rules (tools/kit.mk) pin torch."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -102,11 +104,14 @@ def _python_with_torch(folder: Path, version: str) -> None:
     (fake / "torch" / "__init__.py").write_text(f"__version__ = {version!r}\n")
     python = folder / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={fake} exec {sys.executable} "$@"\n')
+    # pip is never run for real: the fake says what it was asked and stops the rule
+    python.write_text(f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then echo "FAKE PIP: $*"; exit 3; fi\n'
+                      f'PYTHONPATH={fake} exec {sys.executable} "$@"\n')
     python.chmod(0o755)
 
 
-@pytest.mark.parametrize("version, fits", [("2.8.0+cu121", False), ("2.12.1", False), ("2.13.0", True),
+@pytest.mark.parametrize("version, fits", [("2.8.0+cu121", False), ("2.12.1", False), ("2.13.0a0+git1234", False),
+                                           ("2.13.0", True),
                                            ("2.13.0+cu128", True), ("2.14.0a0+git1234", True), ("3.0.0", True)])
 def test_a_torch_older_than_the_floor_is_told_apart(tmp_path, version, fits):
     import subprocess
@@ -117,15 +122,23 @@ def test_a_torch_older_than_the_floor_is_told_apart(tmp_path, version, fits):
     assert (run.returncode == 0) == fits and run.stdout.strip() == version
 
 
+def _make_install(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """The install rule run in `folder`, none of the calling make's settings inherited (a `make test TORCH_UPGRADE=1`)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL") and not k.startswith("TORCH_")}
+    return subprocess.run(["make", "-f", str(ROOT / "tools" / "kit.mk"), "-C", str(folder), ".venv/.installed", *args],
+                          capture_output=True, text=True, env=env)
+
+
 def test_a_hub_s_older_torch_stops_the_install_instead_of_being_replaced(tmp_path):
     """A venv whose Python already imports torch 2.8 (a GPU hub image's): the rule stops before pip, saying why and
-    how to go on; nothing is installed."""
+    how to go on; nothing is installed. With TORCH_UPGRADE=1 it installs the pinned torch over it, as step 1."""
     import shutil
-    import subprocess
     _python_with_torch(tmp_path, "2.8.0+cu121")
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    run = subprocess.run(["make", "-f", str(ROOT / "tools" / "kit.mk"), "-C", str(tmp_path), ".venv/.installed"],
-                         capture_output=True, text=True)
-    assert run.returncode != 0 and "step 2 of 2" not in run.stdout
-    assert "torch 2.8.0+cu121 is older than 2.13" in run.stdout and "make lab TORCH_UPGRADE=1" in run.stdout
+    run = _make_install(tmp_path)
+    assert run.returncode != 0 and "FAKE PIP" not in run.stdout
+    assert "torch 2.8.0+cu121 is older than 2.13" in run.stdout and "TORCH_UPGRADE=1" in run.stdout
+    assert not (tmp_path / ".venv" / ".installed").exists()
+    run = _make_install(tmp_path, "TORCH_UPGRADE=1", "TORCH_PIP_ARGS=--index-url=file:///nowhere")
+    assert "FAKE PIP: -m pip install --progress-bar on --index-url=file:///nowhere torch==" in run.stdout, run.stdout
     assert not (tmp_path / ".venv" / ".installed").exists()

@@ -6,17 +6,18 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8888
 # torch is installed on its own, pinned, before the kit: an unpinned `torch`
 # can pull a CUDA build of several GB onto a CPU machine. Where the Python that
-# builds the venv already imports torch (a GPU hub image), that torch is kept.
+# builds the venv already imports torch (a GPU hub image), that torch is kept (when it is at least TORCH_FLOOR).
 TORCH_SPEC ?= torch==2.13.0
 # Extra pip arguments for torch alone, e.g. a CPU wheel index on a Linux laptop.
 TORCH_PIP_ARGS ?=
 # The oldest torch the kit is tested on (pyproject.toml's `torch>=`). A torch the Python already has that is older
 # stops the install: pip would replace it in the venv with the public index's build (a CUDA build of several GB,
-# not necessarily for this machine's driver) instead of keeping it. TORCH_UPGRADE=1 lets pip replace it.
+# not necessarily for this machine's driver) instead of keeping it. TORCH_UPGRADE=1 installs TORCH_SPEC over it.
 TORCH_FLOOR := 2.13
 TORCH_UPGRADE ?=
-# exit 0 when the torch this Python imports is at least TORCH_FLOOR (argv[1]); print its version either way
-export TORCH_FITS := import re, sys, torch; print(torch.__version__); have = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2]); sys.exit(0 if have >= tuple(int(p) for p in sys.argv[1].split(".")) else 1)
+# exit 0 when the torch this Python imports is at least TORCH_FLOOR (argv[1]) as pip compares versions (2.13.0a0 is
+# older than 2.13); print its version either way
+export TORCH_FITS := import sys, torch; from pip._vendor.packaging.version import Version; print(torch.__version__); sys.exit(0 if Version(torch.__version__) >= Version(sys.argv[1]) else 1)
 STAMP  := $(VENV)/.installed
 # The kit's developer tools (pytest, nbval, Playwright, transformers: `make test`) where its tests are; a student
 # bundle has none, so `make lab` there installs what the notebooks use and nothing more
@@ -48,12 +49,17 @@ $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	    echo "labkit: (PyTorch's install selector, Linux, Pip, CPU, gives that index)."; \
 	  fi; \
 	  $(PY) -m pip install --progress-bar on $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
-	elif ! have=$$($(PY) -c "$$TORCH_FITS" $(TORCH_FLOOR)) && [ -z "$(TORCH_UPGRADE)" ]; then \
-	  echo "labkit: this Python's torch $$have is older than $(TORCH_FLOOR), the oldest the kit is tested on;"; \
-	  echo "labkit: pip would replace it in $(VENV) with the public index's torch (a CUDA build of several GB,"; \
-	  echo "labkit: not necessarily for this machine's driver). Install torch>=$(TORCH_FLOOR) for this CUDA into the"; \
-	  echo "labkit: image (PyTorch's install selector gives the index), or let pip replace it: make lab TORCH_UPGRADE=1"; \
-	  exit 1; \
+	elif ! have=$$($(PY) -c "$$TORCH_FITS" $(TORCH_FLOOR)); then \
+	  if [ -z "$(filter 1,$(TORCH_UPGRADE))" ]; then \
+	    echo "labkit: this Python's torch $${have:-(its version unreadable)} is older than $(TORCH_FLOOR), the oldest the kit is"; \
+	    echo "labkit: tested on; pip would replace it in $(VENV) with the public index's torch (a CUDA build of several"; \
+	    echo "labkit: GB, not necessarily for this machine's driver). Install torch>=$(TORCH_FLOOR) for this CUDA into the"; \
+	    echo "labkit: image (PyTorch's install selector gives the index), or install $(TORCH_SPEC) into $(VENV):"; \
+	    echo "labkit: make $(firstword $(MAKECMDGOALS) lab) TORCH_UPGRADE=1 (with TORCH_PIP_ARGS='--index-url ...' for an index)"; \
+	    exit 1; \
+	  fi; \
+	  echo "labkit: TORCH_UPGRADE=1: step 1 of 2, installing $(TORCH_SPEC) into $(VENV) over torch $$have"; \
+	  $(PY) -m pip install --progress-bar on $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
 	fi
 	@if [ -f "$(LOCK)" ] && $(PY) -c "$$LOCK_FITS" "$(LOCK)"; then set -- -c "$(LOCK)"; \
 	elif [ -f "$(LOCK)" ]; then echo "labkit: $(LOCK) was made with a newer Python than $$($(PY) -V); installing the newest versions pyproject.toml allows"; fi; \

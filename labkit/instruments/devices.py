@@ -119,7 +119,7 @@ def found_device(*values: Any) -> torch.device | None:
             try:
                 devices += [t.device for t in _tensors_of(value)]
                 if not isinstance(value, torch.Tensor):
-                    following += itertools.islice(_inside(value), BUDGET - len(looked) + 1)
+                    following += itertools.islice(_inside(value), max(0, BUDGET - len(looked) - len(following)) + 1)
             except Exception:  # an object whose attributes or items raise when read: passed over
                 continue
         level = following

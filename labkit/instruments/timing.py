@@ -202,17 +202,21 @@ def wall_seconds(call: Callable[[], Any], device: str | torch.device | None = No
     """Host-clock seconds of one `call` of work that waits on the host as well as the device (an input pipeline
     feeding training steps), the device's queued work included: on CUDA it is synchronized before the clock stops.
     The device is `device`, else found as `benchmark` finds it, from `call` and `values`; `call` runs once only,
-    so where nothing names CUDA and CUDA is available, the current CUDA device is synchronized as well."""
+    so where nothing names CUDA, CUDA is available and has been started (work that queued kernels started it), the
+    current CUDA device is synchronized as well; CPU work never starts CUDA here."""
     check_callable(call, "wall_seconds", "call")
     given = device is not None
-    device = _given_or_found(device, (call, *values))
-    if not given and _may_hide_cuda(device):
-        device = torch.device("cuda", torch.cuda.current_device())
-    device = device or torch.device("cpu")
-    _settle(device)
+    device = _given_or_found(device, (call, *values)) or torch.device("cpu")
+    hidden = not given and _may_hide_cuda(device)
+
+    def settle() -> None:
+        _settle(device)
+        if hidden and torch.cuda.is_initialized():
+            _settle(torch.device("cuda", torch.cuda.current_device()))
+    settle()
     t0 = clock()
     call()
-    _settle(device)
+    settle()
     return clock() - t0
 
 
