@@ -124,26 +124,24 @@ def _check_counts(warmup: object, repeats: object) -> None:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
 
-def _given_or_found(device: str | torch.device | None, values: tuple[Any, ...]) -> torch.device | None:
-    """`device` if given (CPU or a CUDA device torch sees), else what a search of `values` finds (None: nothing)."""
+def _given_or_found(device: str | torch.device | None,
+                    values: tuple[Any, ...]) -> tuple[torch.device | None, bool]:
+    """`device` if given (CPU or a CUDA device torch sees), else what a search of `values` finds (None: nothing);
+    and whether the work may still run CUDA kernels no search can see (nothing given, no CUDA found, CUDA here)."""
     if device is None:
-        return found_device(*values)
+        found = found_device(*values)
+        return found, (found is None or found.type == "cpu") and torch.cuda.is_available()
     device = pick([torch.device(device)])  # a device labkit cannot time is refused by name
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={str(device)!r} but torch sees no CUDA device; "
                          "pass device='cpu' or leave it None")
-    return device
-
-
-def _may_hide_cuda(device: torch.device | None) -> bool:
-    """Whether work found on `device` (None: nothing found) might still run CUDA kernels a search cannot see."""
-    return (device is None or device.type == "cpu") and torch.cuda.is_available()
+    return device, False
 
 
 def resolve_device(device: str | torch.device | None, *values: Any) -> torch.device:
     """The device to time on: `device` if given, else the device of the tensors reachable from `values` (through
     closures, modules and optimizers: labkit/instruments/devices.py), CUDA if any is there, else CPU."""
-    return _given_or_found(device, values) or torch.device("cpu")
+    return _given_or_found(device, values)[0] or torch.device("cpu")
 
 
 def _warm_up(calls: tuple[Callable[[], Any], ...], warmup: int, device: str | torch.device | None,
@@ -152,9 +150,8 @@ def _warm_up(calls: tuple[Callable[[], Any], ...], warmup: int, device: str | to
     names CUDA and CUDA is available, the first warm-up round runs under a mode that sees which devices its
     operations use, so that no CUDA work is timed with the host clock (a tensor made inside the work is found no
     other way); with warmup=0 that seeing round is one untimed round all the same."""
-    given = device is not None
-    device = _given_or_found(device, values)
-    if not given and _may_hide_cuda(device):
+    device, hidden = _given_or_found(device, values)
+    if hidden:
         device = pick([*([device] if device else []), *(d for d in map(seen_in, calls) if d is not None)])
         warmup = max(warmup - 1, 0)
     device = device or torch.device("cpu")
@@ -205,9 +202,8 @@ def wall_seconds(call: Callable[[], Any], device: str | torch.device | None = No
     so where nothing names CUDA, CUDA is available and has been started (work that queued kernels started it), the
     current CUDA device is synchronized as well; CPU work never starts CUDA here."""
     check_callable(call, "wall_seconds", "call")
-    given = device is not None
-    device = _given_or_found(device, (call, *values)) or torch.device("cpu")
-    hidden = not given and _may_hide_cuda(device)
+    device, hidden = _given_or_found(device, (call, *values))
+    device = device or torch.device("cpu")
 
     def settle() -> None:
         _settle(device)
