@@ -10,6 +10,7 @@ PORT   ?= 8888
 TORCH_SPEC ?= torch==2.13.0
 # Extra pip arguments for torch alone, e.g. a CPU wheel index on a Linux laptop.
 TORCH_PIP_ARGS ?=
+INSTALL_TORCH = $(PY) -m pip install --progress-bar on $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 # The oldest torch the kit is tested on (pyproject.toml's `torch>=`). A torch the Python already has that is older
 # stops the install: pip would replace it in the venv with the public index's build (a CUDA build of several GB,
 # not necessarily for this machine's driver) instead of keeping it. TORCH_UPGRADE=1 installs TORCH_SPEC over it.
@@ -48,7 +49,7 @@ $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	    echo "labkit: 3.11). For it, stop (Ctrl-C) and run: make lab TORCH_PIP_ARGS='--index-url <the CPU index>'"; \
 	    echo "labkit: (PyTorch's install selector, Linux, Pip, CPU, gives that index)."; \
 	  fi; \
-	  $(PY) -m pip install --progress-bar on $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
+	  $(INSTALL_TORCH); \
 	elif ! have=$$($(PY) -c "$$TORCH_FITS" $(TORCH_FLOOR)); then \
 	  if [ -z "$(filter 1,$(TORCH_UPGRADE))" ]; then \
 	    echo "labkit: this Python's torch $${have:-(its version unreadable)} is older than $(TORCH_FLOOR), the oldest the kit is"; \
@@ -59,7 +60,7 @@ $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	    exit 1; \
 	  fi; \
 	  echo "labkit: TORCH_UPGRADE=1: step 1 of 2, installing $(TORCH_SPEC) into $(VENV) over torch $$have"; \
-	  $(PY) -m pip install --progress-bar on $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
+	  $(INSTALL_TORCH); \
 	fi
 	@if [ -f "$(LOCK)" ] && $(PY) -c "$$LOCK_FITS" "$(LOCK)"; then set -- -c "$(LOCK)"; \
 	elif [ -f "$(LOCK)" ]; then echo "labkit: $(LOCK) was made with a newer Python than $$($(PY) -V); installing the newest versions pyproject.toml allows"; fi; \
