@@ -7,6 +7,7 @@ import torch
 
 import labkit as lk
 from labkit import plots
+from labkit.env.sizes import FIXED, MEASURE_SIZES
 from labkit.instruments import roofline as rl
 from labkit.instruments.ops import OpRecord, trace
 
@@ -48,6 +49,7 @@ def test_achieved_is_flops_over_measured_seconds():
     (lambda: rl.Ceilings("cpu", torch.float32, 0.0, 1e10, None), "peak_flops=0.0"),
     (lambda: rl.Ceilings("cpu", torch.float32, 1e11, -1.0, None), "peak_bandwidth=-1.0"),
     (lambda: rl.measure_ceilings(dtype=torch.int32), "dtype=torch.int32"),
+    (lambda: rl.measure_ceilings(dtype="bfloat16"), "dtype='bfloat16'"),
     (lambda: rl.offload_seconds(-1, 1e9), "nbytes=-1"),
     (lambda: rl.offload_seconds(10, 0), "host_bandwidth=0"),
     (lambda: rl.measure_host_bandwidth("cpu"), "moot"),
@@ -60,6 +62,54 @@ def test_errors_name_the_bad_value(call, match):
 def test_offload_is_a_round_trip():
     assert rl.offload_seconds(10 ** 9, 2e10) == pytest.approx(0.1)
     assert rl.offload_seconds(0, 2e10) == 0.0  # nothing saved: nothing to move
+    assert rl.offload_seconds(10, 0.5) == 40.0  # any positive bandwidth is a bandwidth
+
+
+def test_host_bandwidth_is_a_pinned_asynchronous_round_trip_timed_on_the_device(monkeypatch):
+    """On a stand-in CUDA device (the tensors stay on the CPU): the host buffer is pinned and both copies are
+    non-blocking (an unpinned copy is synchronous and slower, not what offload pays), the round trip (device to
+    host, then back) is timed with the device's clock, and the figure is both copies' bytes over the median."""
+    seen, made = {"copies": []}, {}
+    ones, empty, copy = torch.ones, torch.empty, torch.Tensor.copy_
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    def device_ones(*a, device=None, **k):
+        made["device"] = ones(*a, **k)
+        return made["device"]
+
+    def pinned_empty(*a, pin_memory=False, **k):
+        seen["pinned"], made["host"] = pin_memory, empty(*a, **k)
+        return made["host"]
+
+    def recorded_copy(dst, src, non_blocking=False):
+        names = {id(t): name for name, t in made.items()}
+        seen["copies"].append((names.get(id(dst)), names.get(id(src)), non_blocking))
+        return copy(dst, src, non_blocking=non_blocking)
+
+    def timed(fn, warmup, repeats, device):
+        fn()
+        seen["device"] = device
+        return type("Timing", (), {"median": 0.25})()
+
+    monkeypatch.setattr(torch, "ones", device_ones)
+    monkeypatch.setattr(torch, "empty", pinned_empty)
+    monkeypatch.setattr(torch.Tensor, "copy_", recorded_copy)
+    monkeypatch.setattr(rl, "benchmark", timed)
+    assert rl.measure_host_bandwidth("cuda", mib=1) == 2 * 2 ** 20 / 0.25
+    assert seen == {"pinned": True, "device": torch.device("cuda"),
+                    "copies": [("host", "device", True), ("device", "host", True)]}
+
+
+def test_the_ceilings_are_measured_at_the_sizes_given_else_the_profiles(monkeypatch):
+    seen = []
+    for name in ("_peak_flops", "_bandwidth", "_random_rate", "_special_rate"):
+        monkeypatch.setattr(rl, name, lambda device, dtype, size, repeats, name=name: seen.append((name, size)) or 1.0)
+    for given, name in ((FIXED["cpu"], "cpu"), (None, lk.sizes().name)):
+        seen.clear()
+        rl.measure_ceilings(size=given)
+        sides, mib, draws, special = MEASURE_SIZES[name]
+        assert seen == [("_peak_flops", sides), ("_bandwidth", mib), ("_random_rate", draws),
+                        ("_special_rate", special)]
 
 
 def test_specs_carry_sources_and_sane_magnitudes():
