@@ -77,7 +77,7 @@ def test_only_batches_scale_so_every_lab_keeps_its_ratios():
                                          ("1.5G", 15 * 10**8), ("2048MiB", 2 * GIB), ("4096", 4096), (4096, 4096),
                                          ("2kb", 2000), ("3K", 3000), ("5KiB", 5 * 2**10), ("7m", 7 * 10**6),
                                          ("1tb", 10**12), ("2TiB", 2 * 2**40), ("9b", 9), ("1g", 10**9), ("3MB", 3 * 10**6),
-                                         ("4t", 4 * 10**12), ("5gb", 5 * 10**9)])
+                                         ("4t", 4 * 10**12), ("5gb", 5 * 10**9), ("1", 1), (1, 1)])
 def test_memory_amounts_are_read(text, value):
     assert sizing.parse_bytes(text) == value
 
@@ -186,3 +186,28 @@ def test_a_chains_predicted_peak_is_never_below_the_meters_and_within_half_again
     model = MLPChain(cfg)
     peak = _steady_peak(model, mlp_input(cfg, batch, requires_grad=True), torch.optim.SGD(model.parameters(), lr=0.1))
     assert peak <= sizing._chain_step(layers, width, batch, 2) <= 1.5 * peak
+
+
+@pytest.mark.parametrize("profile", ["tiny", "cpu"])
+def test_the_parameter_terms_are_the_bytes_of_the_models_the_labs_build(profile):
+    import torch
+
+    import labkit as lk
+    from labkit.bench.lab06 import rng_config
+
+    size = sizes(profile)
+    chains = [(size.mlp_layers, size.mlp_width), (4, 1024), (max(size.chain_layers), size.chain_width)]
+    for n, width in chains:  # lab 01's chain, lab 06's wide MLP, lab 03's longest chain
+        assert sizing._chain_params(n, width) == lk.parameter_bytes(lk.MLPChain(lk.MLPConfig(n_layers=n, width=width)))
+    for cfg in (size.gpt(), size.gpt(dtype=torch.bfloat16), size.long_gpt()):
+        assert sizing._gpt_params(cfg) == lk.parameter_bytes(lk.GPTStack(cfg))
+    small = sizing._lab06_small(size)
+    assert small.n_layers == rng_config(size).n_layers and small.batch == rng_config(size).batch
+    assert sizing._gpt_params(small) == lk.parameter_bytes(lk.GPTStack(rng_config(size)))
+
+
+def test_the_choice_says_the_largest_peak_and_the_memory_in_gib():
+    c = sizing.choose(16 * GIB)
+    largest = max(c.labs, key=c.labs.get)
+    assert f"lab {largest}'s predicted peak, {c.labs[largest] / GIB:.2f} GiB" in c.note
+    assert f"is {c.labs[largest] / (16 * GIB):.0%} of the 16.0 GiB free" in c.note

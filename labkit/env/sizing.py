@@ -63,11 +63,26 @@ def _element(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def _gpt_params(cfg: GPTConfig) -> int:
+    """Bytes of a GPTStack's parameters in its dtype."""
+    return gpt_param_count(cfg) * _element(cfg.dtype)
+
+
+def _chain_params(n_layers: int, width: int) -> int:
+    """Bytes of an MLP chain's (float32) parameters: each layer's weight and bias."""
+    return n_layers * (width * width + width) * 4
+
+
+def _lab06_small(size: Sizes) -> GPTConfig:
+    """Lab 06's small training stack (labkit.bench.lab06.rng_config): half the depth and batch."""
+    return size.gpt(n_layers=max(1, size.gpt_layers // 2), batch=max(1, size.batch // 2))
+
+
 def _gpt_step(cfg: GPTConfig, param_copies: int) -> int:
     """Bytes live at the peak of a GPTStack step: every layer's activations, one more layer's worth of
     backward temporaries, input and output, and `param_copies` parameter-sized tensors (weights, gradients,
     optimizer state, clones)."""
-    params = gpt_param_count(cfg) * _element(cfg.dtype)
+    params = _gpt_params(cfg)
     one_layer = korthikanti_bytes(replace(cfg, n_layers=1))
     io = 2 * cfg.seq * cfg.batch * cfg.hidden * _element(cfg.dtype)
     return param_copies * params + korthikanti_bytes(cfg) + one_layer + io
@@ -77,22 +92,20 @@ def _chain_step(n_layers: int, width: int, batch: int, param_copies: int) -> int
     """Bytes live at the peak of an MLP chain's (float32) step: the (n+1)·b·w it keeps, four activations of
     temporaries and gradients (input, output, ReLU's and Linear's in backward), and `param_copies`
     parameter-sized tensors."""
-    params = n_layers * (width * width + width) * 4
-    return param_copies * params + (n_layers + 5) * batch * width * 4
+    return param_copies * _chain_params(n_layers, width) + (n_layers + 5) * batch * width * 4
 
 
 def lab_peaks(size: Sizes) -> dict[str, int]:
     """Predicted peak bytes on the device of each lab that puts tensors there (01-07), at `size`: its largest
     step, and what its notebook keeps alive beside it (checked against the allocator by `labkit gpu-check`)."""
-    mlp_params = size.mlp_layers * (size.mlp_width ** 2 + size.mlp_width) * 4
+    mlp_params = _chain_params(size.mlp_layers, size.mlp_width)
     stack = size.gpt(dtype=torch.bfloat16)
-    stack_params = gpt_param_count(stack) * 2
+    stack_params = _gpt_params(stack)
     sides, mib, draws, special = MEASURE_SIZES[size.name]
     ceilings = max(3 * max(sides) ** 2 * 4, 2 * mib * 2**20, 4 * draws, 8 * special)
     long = size.long_gpt()
     deep = size.gpt()
-    small = replace(deep, n_layers=max(1, size.gpt_layers // 2), batch=max(1, size.batch // 2))
-    wide_params = 4 * (1024 ** 2 + 1024) * 4  # the lab's wide MLP: 4 layers of width 1024 on every profile
+    wide_params = _chain_params(4, 1024)  # the lab's wide MLP: 4 layers of width 1024 on every profile
     logits = 4 * size.batch * size.seq * 4 * size.hidden * 4  # lab 07: four (b, s, vocab = 4h) float32 tensors
     return {
         # the MLP chain's activations at batch 2**13 (a forward), or the last Adam step of one_step_meter
@@ -114,13 +127,13 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
         # parameter-sized temporaries of its foreach step (measured on the MLP); beside them the notebook's deep
         # stack, wide MLP and small stack, each with its gradients
         "06": max(_gpt_step(deep, 6), _chain_step(4, 1024, 4, 6))
-              + 2 * (gpt_param_count(deep) * 4 + wide_params + gpt_param_count(small) * 4),
+              + 2 * (_gpt_params(deep) + wide_params + _gpt_params(_lab06_small(size))),
         # the language model's plain step (the stack's, and its logits, their float copy, log-softmax and
         # gradient) beside the notebook's model: in the plans' comparison, on one copy with gradients and Adam's
         # state; in the batch search, a step run when its predicted peak is up to OVER (1.25) times the budget
         # (itself under the plain step's peak), and measured up to 5% over its prediction (the planner's error:
         # tests/test_lab_peaks.py saw 64.0 MiB against 63.6 at 1.25 on the cpu sizes), so 1.25 x 1.05 = 21/16
-        "07": max(_gpt_step(deep, 5) + logits, 21 * (_gpt_step(deep, 4) + logits) // 16 + gpt_param_count(deep) * 4),
+        "07": max(_gpt_step(deep, 5) + logits, 21 * (_gpt_step(deep, 4) + logits) // 16 + _gpt_params(deep)),
     }
 
 
