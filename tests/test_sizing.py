@@ -53,7 +53,7 @@ def test_sizes_command_at_each_hub_card_fits_and_grows(_sizes_json):
 
 def test_below_the_floor_the_cpu_sizes_are_chosen_and_said(_sizes_json):
     code, figures = _sizes_json("--profile", "gpu", "--memory", "3GiB", "--json")
-    assert code == 0 and figures["profile"] == "cpu"
+    assert code == 0 and figures["profile"] == "cpu" and figures["scale"] == 0
     assert figures["sizes"] == json.loads(json.dumps(asdict(sizes("cpu"))))
     assert "below the 4 GiB floor" in figures["note"] and "cpu sizes" in figures["note"]
 
@@ -64,6 +64,10 @@ def test_the_largest_scale_that_fits_is_chosen():
         assert max(c.labs.values()) <= sizing.FRACTION * gib * GIB
         assert max(sizing.lab_peaks(sizing.scaled(c.scale + 1)).values()) > sizing.FRACTION * gib * GIB
     assert sizing.choose(sizing.FLOOR_BYTES).profile == "gpu"  # the floor itself fits scale 1
+    for fraction in (0, -0.5, 1.01, 1.5):
+        with pytest.raises(ValueError, match=f"fraction={fraction!r} must be in"):
+            sizing.choose(16 * GIB, fraction)
+    assert sizing.choose(16 * GIB, 1).scale >= sizing.choose(16 * GIB).scale
 
 
 def test_only_batches_scale_so_every_lab_keeps_its_ratios():
@@ -82,7 +86,7 @@ def test_memory_amounts_are_read(text, value):
     assert sizing.parse_bytes(text) == value
 
 
-@pytest.mark.parametrize("text", ["16XB", "lots", "-1GiB", "0", "", "GiB"])
+@pytest.mark.parametrize("text", ["16XB", "lots", "-1GiB", "0", "", "GiB", True])
 def test_a_memory_amount_that_is_not_one_is_refused_by_name(text, _sizes_json):
     with pytest.raises(ValueError, match="memory"):
         sizing.parse_bytes(text)
