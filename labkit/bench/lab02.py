@@ -48,7 +48,8 @@ class RecomputeResult:
             "time_ratio_vs_none": round(self.time_ratio_vs_none, 4),
             "peak_bytes": self.peaks,
             "config": {"s": self.cfg.seq, "b": self.cfg.batch, "h": self.cfg.hidden, "a": self.cfg.heads,
-                       "n_layers": self.cfg.n_layers, "dtype": str(self.cfg.dtype).replace("torch.", "")},
+                       "n_layers": self.cfg.n_layers, "dtype": str(self.cfg.dtype).replace("torch.", ""),
+                       "autocast": None if self.cfg.autocast is None else str(self.cfg.autocast).replace("torch.", "")},
         }
 
     def summary(self) -> str:
@@ -63,8 +64,9 @@ class RecomputeResult:
 
 
 def recompute_config(size: Sizes) -> GPTConfig:
-    """A stack where activations dominate the step's memory: the profile's GPT sizes, twice the depth."""
-    return size.gpt(n_layers=2 * size.gpt_layers, dropout=0.1)
+    """A stack where activations dominate the step's memory: the profile's GPT sizes, twice the depth, its
+    forwards under the profile's autocast (bfloat16 on the gpu profile)."""
+    return size.gpt(n_layers=2 * size.gpt_layers, dropout=0.1, autocast=size.amp)
 
 
 def stack_step(model: GPTStack, x: torch.Tensor, run_block: Callable, backward: bool = True) -> Callable[[], Any]:

@@ -33,9 +33,10 @@ CORE = "attn.core"  # the submodule Megatron's selective recomputation recompute
 
 
 def long_config(size: Sizes | None = None) -> GPTConfig:
-    """The profile's long-sequence stack (labs 04-05): attention's (b, a, s, s) tensors dominate its activations."""
+    """The profile's long-sequence stack (labs 04-05): attention's (b, a, s, s) tensors dominate its activations;
+    its forwards under the profile's autocast (bfloat16 on the gpu profile)."""
     size = size or sizes()
-    return size.long_gpt(dropout=0.1)
+    return size.long_gpt(dropout=0.1, autocast=size.amp)
 
 
 def long_stack(size: Sizes | None = None) -> tuple[GPTStack, torch.Tensor]:

@@ -60,10 +60,12 @@ def roofline(size: Sizes | None = None) -> dict[str, Any]:
     model, x = long_stack(size)
     cfg, block = model.cfg, model.blocks[0]  # in training mode: its dropouts draw
     records = trace(block, x, model=block, repeats=size.repeats)
-    ceilings = measure_ceilings(size.device, cfg.dtype, size)
+    ceilings = measure_ceilings(size.device, cfg.autocast or cfg.dtype, size)  # the dtype its matmuls run in
     rows = op_rows(records, ceilings, roofline_seconds, compute_seconds)
     return {"peak_flops": ceilings.peak_flops, "peak_bandwidth": ceilings.peak_bandwidth,
             "random_rate": ceilings.random_rate, "special_rate": ceilings.special_rate, "ops": rows,
             "worst_ratio": worst_ratio(rows),
             "config": {"s": cfg.seq, "b": cfg.batch, "h": cfg.hidden, "a": cfg.heads,
-                       "dtype": str(cfg.dtype).replace("torch.", ""), "profile": size.name}}
+                       "dtype": str(cfg.dtype).replace("torch.", ""), "profile": size.name,
+                       "autocast": None if cfg.autocast is None else str(cfg.autocast).replace("torch.", ""),
+                       "ceilings_dtype": str(ceilings.dtype).replace("torch.", "")}}

@@ -31,8 +31,10 @@ __all__ = ["train_losses", "rng_config", "SlowLoader", "loader_seconds", "costs"
 
 
 def rng_config(size: Sizes) -> GPTConfig:
-    """The lab's small training stack: the profile's GPT shapes at half the depth and batch, dropout 0.1."""
-    return size.gpt(batch=max(1, size.batch // 2), n_layers=max(1, size.gpt_layers // 2), dropout=0.1)
+    """The lab's small training stack: the profile's GPT shapes at half the depth and batch, dropout 0.1, its
+    forwards under the profile's autocast (bfloat16 on the gpu profile)."""
+    return size.gpt(batch=max(1, size.batch // 2), n_layers=max(1, size.gpt_layers // 2), dropout=0.1,
+                    autocast=size.amp)
 
 
 def train_losses(model: nn.Module, x: torch.Tensor, scheme: Scheme, steps: int, lr: float = 1e-3,

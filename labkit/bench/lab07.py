@@ -34,8 +34,8 @@ __all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", 
 
 def capstone_config(size: Sizes, batch: int | None = None, dropout: float = 0.1) -> tuple[GPTConfig, int]:
     """The lab's model: the profile's GPT shapes (`batch` sequences, default the profile's) and a vocabulary of
-    4 x hidden tokens."""
-    cfg = size.gpt(batch=batch or size.batch, dropout=dropout)
+    4 x hidden tokens; its forward under the profile's autocast (bfloat16 on the gpu profile)."""
+    cfg = size.gpt(batch=batch or size.batch, dropout=dropout, autocast=size.amp)
     return cfg, 4 * size.hidden
 
 

@@ -3,12 +3,18 @@
 tiny and cpu are fixed; gpu is sized to the memory the GPU has free when a
 process first asks (labkit.env.sizing), or to $LABKIT_GPU_MEMORY, which also caps
 the process's CUDA allocator there (a hub sharing one GPU among several users).
+$LABKIT_AUTOCAST (bfloat16, float16 or none) sets the dtype the time labs' steps run
+in under torch.autocast, over the profile's own (bfloat16 on gpu, none on the CPU
+profiles): none times a GPU in float32, bfloat16 runs the gpu profile's code path on
+a CPU.
 """
 from __future__ import annotations
 
 import functools
 import os
 import warnings
+from dataclasses import replace
+
 import torch
 
 from labkit.env.sizes import FIXED, PROFILES, Sizes
@@ -28,13 +34,24 @@ def profile() -> str:
 
 
 def sizes(name: str | None = None) -> Sizes:
-    """Problem sizes of profile `name` (default: the active profile); gpu: sized to this process's GPU."""
+    """Problem sizes of profile `name` (default: the active profile); gpu: sized to this process's GPU; the
+    autocast of $LABKIT_AUTOCAST where it is set."""
     name = profile() if name is None else name
     if name == "gpu":
-        return gpu_choice().sizes
+        return _autocast(gpu_choice().sizes)
     if name not in FIXED:
         raise ValueError(f"profile {name!r} is unknown; choose one of {', '.join(PROFILES)}")
-    return FIXED[name]
+    return _autocast(FIXED[name])
+
+
+def _autocast(size: Sizes) -> Sizes:
+    value = os.environ.get("LABKIT_AUTOCAST", "").strip().lower()
+    if not value:
+        return size
+    if value not in ("bfloat16", "float16", "none"):
+        raise ValueError(f"LABKIT_AUTOCAST={value!r} is not an autocast; choose bfloat16, float16 or none "
+                         "(float32 throughout), or unset it for the profile's own")
+    return replace(size, autocast=None if value == "none" else value)
 
 
 def gpu_choice() -> Choice:

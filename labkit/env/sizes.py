@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from labkit.models import GPTConfig
 
 PROFILES = ("tiny", "cpu", "gpu")
@@ -41,6 +43,19 @@ class Sizes:
     long_hidden: int = 16
     long_heads: int = 2
     long_layers: int = 2
+    # the dtype the labs whose lesson is time or bandwidth (02-07) run their steps in under torch.autocast, as
+    # GPU training does: "bfloat16" on the gpu profile; None (float32 throughout) on the CPU profiles and in the
+    # memory lessons. Read it as a torch.dtype with `amp`
+    autocast: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.autocast not in (None, "bfloat16", "float16"):
+            raise ValueError(f"Sizes.autocast={self.autocast!r} must be None, 'bfloat16' or 'float16'")
+
+    @property
+    def amp(self) -> torch.dtype | None:
+        """`autocast` as a torch.dtype (GPTConfig's autocast=), or None."""
+        return None if self.autocast is None else getattr(torch, self.autocast)
 
     def gpt(self, **changes: Any) -> GPTConfig:
         """The profile's GPT stack: seq, batch, hidden, heads and n_layers (gpt_layers) from these sizes, any
@@ -70,7 +85,7 @@ FIXED = {  # the profiles whose sizes do not depend on the machine
 GPU_SHAPES = Sizes("gpu", "cuda", mlp_layers=32, mlp_width=1024, mlp_batch=512,
                    seq=512, batch=1, hidden=768, heads=12, gpt_layers=8, repeats=20,
                    chain_width=512, chain_batch=1024, chain_layers=(16, 64, 256),
-                   long_seq=2048, long_batch=1, long_hidden=512, long_heads=8, long_layers=2)
+                   long_seq=2048, long_batch=1, long_hidden=512, long_heads=8, long_layers=2, autocast="bfloat16")
 
 # lab 05's ceilings are measured at these sizes, per profile: square matmul sides, a copy's buffer in MiB (well
 # above the last-level cache on cpu and gpu; 512 MiB keeps the gpu profile's floor), random draws per

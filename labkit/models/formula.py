@@ -27,6 +27,9 @@ def korthikanti_terms(cfg: GPTConfig, act_bytes: int | None = None, mask_bytes: 
     mask_bytes, the sum is (16·A + 2·M)·sbh + (2·A + M)·as²b; at A=2, M=1 that
     is the paper's sbh·(34 + 5·as/h).
     """
+    if cfg.autocast is not None and act_bytes is None:
+        raise ValueError(f"korthikanti_terms: cfg.autocast={cfg.autocast} runs the ops in two dtypes, and the "
+                         "formula counts one; pass act_bytes=, or dataclasses.replace(cfg, autocast=None)")
     act_bytes = torch.empty((), dtype=cfg.dtype).element_size() if act_bytes is None else act_bytes
     check_positive_int("act_bytes", act_bytes)
     check_positive_int("mask_bytes", mask_bytes)

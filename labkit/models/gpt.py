@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labkit.models.layers import check_float_dtype, check_positive_int, seeded_linear
+from labkit.models.layers import autocast_to, check_autocast, check_float_dtype, check_positive_int, seeded_linear
 
 
 @dataclass
@@ -29,6 +29,10 @@ class GPTConfig:
     dtype: torch.dtype = torch.float32  # parameter and activation dtype
     seed: int = 0  # seeds the local generator that draws weights and inputs
     bias: bool = True  # bias in Linear and LayerNorm layers
+    # None: every op in dtype. torch.bfloat16 (the gpu profile's time labs, as GPU training runs): each block's,
+    # stack's and model's forward runs under torch.autocast in it, over float32 weights, so a recomputation
+    # (which calls the same forward) runs in it too
+    autocast: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         for name in ("seq", "batch", "hidden", "heads", "n_layers"):
@@ -39,6 +43,7 @@ class GPTConfig:
         if not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout={self.dropout!r} must be a number with 0 <= dropout < 1")
         check_float_dtype(self.dtype)
+        check_autocast(self.autocast, self.dtype)
 
     @property
     def head_dim(self) -> int:
@@ -141,11 +146,13 @@ class GPTBlock(nn.Module):
         self.attn = SelfAttention(cfg, gen)
         self.ln2 = nn.LayerNorm(cfg.hidden, bias=cfg.bias, dtype=cfg.dtype)
         self.mlp = MLP(cfg, gen)
+        self.autocast = cfg.autocast
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(b, s, h) -> (b, s, h)."""
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        with autocast_to(self.autocast, x.device):
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
 
 
 class GPTStack(nn.Module):
@@ -160,9 +167,10 @@ class GPTStack(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(b, s, h) -> (b, s, h)."""
-        for block in self.blocks:
-            x = block(x)
-        return x if self.ln_f is None else self.ln_f(x)
+        with autocast_to(self.cfg.autocast, x.device):
+            for block in self.blocks:
+                x = block(x)
+            return x if self.ln_f is None else self.ln_f(x)
 
 
 def gpt_input(cfg: GPTConfig, requires_grad: bool = False, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -199,10 +207,11 @@ class GPT(nn.Module):
         if tokens.shape[1] > self.cfg.seq:
             raise ValueError(f"GPT: a sequence of {tokens.shape[1]} tokens is longer than cfg.seq={self.cfg.seq}")
         positions = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.drop(self.tok(tokens) + self.pos(positions))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x))
+        with autocast_to(self.cfg.autocast, tokens.device):
+            x = self.drop(self.tok(tokens) + self.pos(positions))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln_f(x))
 
 
 def gpt_tokens(cfg: GPTConfig, vocab: int, device: torch.device | str = "cpu") -> torch.Tensor:

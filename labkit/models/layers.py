@@ -1,11 +1,13 @@
-"""What every model of the kit shares: argument checks, seeded Linear layers, parameter bytes.
+"""What every model of the kit shares: argument checks, seeded Linear layers, autocast, parameter bytes.
 
 Weights come from a local ``torch.Generator`` seeded by the config: building a model never advances the global
 RNG (dropout during forward still does).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Any, ContextManager
 
 import torch
 from torch import nn
@@ -23,6 +25,23 @@ def check_float_dtype(dtype: object) -> None:
     """A TypeError naming `dtype` unless it is a floating torch.dtype."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype={dtype!r} must be a floating torch.dtype, e.g. torch.float32 or torch.bfloat16")
+
+
+def check_autocast(autocast: object, dtype: torch.dtype) -> None:
+    """A TypeError naming `autocast` unless it is None, or torch.bfloat16 or torch.float16 over float32 weights."""
+    if autocast is None:
+        return
+    if autocast not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"autocast={autocast!r} must be None, torch.bfloat16 or torch.float16 (the dtype "
+                        "torch.autocast runs matmuls in)")
+    if dtype != torch.float32:
+        raise TypeError(f"autocast={autocast} needs float32 weights (dtype=torch.float32), got dtype={dtype}: "
+                        "autocast runs a float32 model's matmuls in a lower precision")
+
+
+def autocast_to(autocast: torch.dtype | None, device: torch.device) -> ContextManager[Any]:
+    """torch.autocast on `device`'s type in `autocast`, or nothing when it is None."""
+    return contextlib.nullcontext() if autocast is None else torch.autocast(device.type, dtype=autocast)
 
 
 def seeded_linear(n_in: int, n_out: int, bias: bool, dtype: torch.dtype, gen: torch.Generator,

@@ -53,12 +53,13 @@ def applied(model: nn.Module, plan: Sequence[Step]) -> Iterator[None]:
 
 def _selectively(block: nn.Module, forward: Callable[..., Any]) -> Callable[[torch.Tensor], Any]:
     """block's forward under PyTorch's selective checkpoint with lab 04's policy, traced from this block at the
-    first input of each shape, dtype, device and mode it meets while one `applied` lasts; every forward is held
+    first input of each shape, dtype, device, mode and autocast it meets while one `applied` lasts; every forward is held
     to the traced ops (a block changed in between is refused, never run under a policy made for other ops)."""
     policies: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     def run(h: torch.Tensor) -> Any:
-        key = (tuple(h.shape), h.dtype, h.device, block.training, torch.is_grad_enabled())
+        amp = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else None
+        key = (tuple(h.shape), h.dtype, h.device, block.training, torch.is_grad_enabled(), amp)
         if key not in policies:
             ops = traced(block, h, forward)
             policies[key] = selective(policy_of(ops, block, "applied"), [r.key for r in ops])

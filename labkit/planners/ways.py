@@ -45,8 +45,15 @@ def selective_keep(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any
 
 
 def traced(block: nn.Module, x: torch.Tensor, forward: Callable[..., Any] | None = None) -> list[OpRecord]:
-    """The ops of forward(x) (default the block's own), untimed, attributed to the block's modules."""
-    return trace(forward or block, x.detach().requires_grad_(x.is_floating_point()), model=block, time=False)
+    """The ops of forward(x) (default the block's own), untimed, attributed to the block's modules. Under
+    autocast, with the weight casts a fresh forward makes: autocast caches a cast weight until its outermost
+    region ends, so the cache is cleared before the trace (no casts of an earlier forward reused) and after it
+    (none of the trace's left for the forward it was traced for, which would then run fewer ops)."""
+    torch.clear_autocast_cache()
+    try:
+        return trace(forward or block, x.detach().requires_grad_(x.is_floating_point()), model=block, time=False)
+    finally:
+        torch.clear_autocast_cache()
 
 
 class _SameOps(TorchDispatchMode):
