@@ -248,11 +248,18 @@ def segments_figure(n_layers: int, segments: int, model: Callable[..., int], inp
 
 
 # ---------------------------------------------------------------- lab 05
-def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "one block on the roofline") -> Figure:
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "one block on the roofline",
+             also: dict | None = None) -> Figure:
     """Each op that moves data at its measured FLOP/s against FLOPs per byte, under the measured roofs.
 
     `ceilings` from labkit.instruments.roofline.measure_ceilings, `records` from labkit.instruments.ops.trace (timed); `specs` are
-    labkit.instruments.roofline.GPUSpec whose spec-sheet roofs are drawn dashed (predictions, not measurements).
+    labkit.instruments.roofline.GPUSpec whose spec-sheet roofs are drawn dashed (predictions, not measurements); `also`
+    names more measured Ceilings (measure_ceilings_by_dtype: the same machine in other precisions), drawn solid in
+    colour with their ridge points dotted. Points are coloured by the side of `ceilings`' ridge they sit on.
     """
     from labkit.instruments import roofline as rl  # imported here: the module has this function's name
 
@@ -261,12 +268,19 @@ def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "on
         raise ValueError("roofline: no op that moves data among the records; pass labkit.instruments.ops.trace(...)'s output")
     xs = [rl.intensity(r) for r in ops]
     ys = [rl.achieved(r) for r in ops]
-    ridges = [ceilings.ridge] + [s.peak_flops / s.peak_bandwidth for s in specs]
+    also = dict(also or {})
+    ridges = [ceilings.ridge] + [s.peak_flops / s.peak_bandwidth for s in specs] + [c.ridge for c in also.values()]
     lo, hi = min(xs + ridges) / 4, max(xs + ridges) * 4
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     fig, (ax,) = _new(height=4.6)
     ax.plot(grid, [min(ceilings.peak_flops, ceilings.peak_bandwidth * x) for x in grid], color="black",
-            label=f"measured: {ceilings.peak_bandwidth / 1e9:.3g} GB/s, {ceilings.peak_flops / 1e9:.3g} GFLOP/s")
+            label=f"measured, {_dtype_name(ceilings.dtype)}: {ceilings.peak_bandwidth / 1e9:.3g} GB/s, "
+                  f"{ceilings.peak_flops / 1e9:.3g} GFLOP/s")
+    for (name, c), colour in zip(also.items(), ("tab:purple", "tab:brown", "tab:olive")):
+        ax.plot(grid, [min(c.peak_flops, c.peak_bandwidth * x) for x in grid], color=colour,
+                label=f"measured, {name}: {c.peak_bandwidth / 1e9:.3g} GB/s, {c.peak_flops / 1e9:.3g} GFLOP/s, "
+                      f"ridge {c.ridge:.3g}")
+        ax.axvline(c.ridge, color=colour, linestyle=":", linewidth=1)
     random = [r for r in ops if r.random]
     if ceilings.random_rate and random:
         per_draw = rl.flops(random[0]) / rl.random_draws(random[0])
@@ -274,7 +288,7 @@ def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "on
                    label=f"measured random roof: {ceilings.random_rate / 1e6:.3g} M draws/s ({per_draw:g} FLOP/draw)")
     for spec in specs:
         ax.plot(grid, [min(spec.peak_flops, spec.peak_bandwidth * x) for x in grid], "--", linewidth=1,
-                label=f"spec sheet: {spec.name} (16-bit)")
+                label=f"spec sheet: {spec.name} ({_dtype_name(spec.dtype)})")
     for r, x, y in zip(ops, xs, ys):  # where an op sits, not its roofline time (that is lab 05's Exercise 5.1)
         colour = "backward" if r.random else "forward" if x >= ceilings.ridge else "recompute"
         ax.plot([x], [y], "o", color=PHASE_COLOURS[colour], markersize=5)

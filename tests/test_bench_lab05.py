@@ -45,3 +45,18 @@ def test_worst_ratio_counts_only_ops_of_a_millisecond_or_more():
     assert worst_ratio(rows) == pytest.approx(4)
     assert worst_ratio(rows, least_seconds=0) == pytest.approx(10)
     assert worst_ratio(rows[1:2]) is None
+
+
+def test_each_op_is_set_against_each_precisions_ridge():
+    by_dtype = {"float32": Ceilings("cpu", torch.float32, 1e11, 1e10, None),  # ridge 10 FLOP/byte
+                "bfloat16": Ceilings("cpu", torch.bfloat16, 1e12, 1e10, None)}  # ridge 100
+    mm = lambda key, intensity: OpRecord(key=key, op="mm", module="", flops=int(intensity * 1000),  # noqa: E731
+                                         bytes_moved=1000, output_bytes=400, elements=100, is_view=False,
+                                         in_place=False, random=False, seconds=1e-3)
+    view = OpRecord(key="view#0", op="view", module="", flops=0, bytes_moved=0, output_bytes=0, elements=0,
+                    is_view=True, in_place=False, random=False, seconds=1e-6)
+    rows = lk.bench.lab05.sides([mm("a#0", 5), mm("b#0", 10), mm("c#0", 50), view, mm("d#0", 100)], by_dtype)
+    assert [(r["name"], r["float32"], r["bfloat16"]) for r in rows] == [
+        ("a#0", "memory", "memory"), ("b#0", "compute", "memory"), ("c#0", "compute", "memory"),
+        ("d#0", "compute", "compute")]
+    assert [r["intensity"] for r in rows] == [5, 10, 50, 100]

@@ -59,6 +59,29 @@ def test_errors_name_the_bad_value(call, match):
         call()
 
 
+def test_the_ceilings_are_measured_in_each_precision_a_matmul_runs_in():
+    found = rl.measure_ceilings_by_dtype("cpu", FIXED["tiny"])
+    assert set(found) == {"float32", "bfloat16"}
+    assert [c.dtype for c in found.values()] == [torch.float32, torch.bfloat16]
+
+
+def test_on_cuda_float32_is_measured_without_tf32_and_tf32_with_it_then_the_setting_is_put_back(monkeypatch):
+    seen = []
+    monkeypatch.setattr(rl, "measure_ceilings", lambda device, dtype, size: seen.append(
+        (device.type, dtype, torch.backends.cuda.matmul.allow_tf32)) or rl.Ceilings("x", dtype, 1e12, 1e10, None))
+    matmul, original = torch.backends.cuda.matmul, torch.backends.cuda.matmul.allow_tf32
+    try:
+        for before in (True, False):
+            matmul.allow_tf32 = before
+            seen.clear()
+            assert set(rl.measure_ceilings_by_dtype("cuda")) == {"float32", "bfloat16", "tf32"}
+            assert seen == [("cuda", torch.float32, False), ("cuda", torch.bfloat16, before),
+                            ("cuda", torch.float32, True)]
+            assert matmul.allow_tf32 is before
+    finally:
+        matmul.allow_tf32 = original
+
+
 def test_offload_is_a_round_trip():
     assert rl.offload_seconds(10 ** 9, 2e10) == pytest.approx(0.1)
     assert rl.offload_seconds(0, 2e10) == 0.0  # nothing saved: nothing to move
@@ -175,7 +198,14 @@ def test_the_plot_draws_a_point_per_op_and_the_spec_roofs():
     colours = [line.get_color() for line in points]  # right of the ridge, left of it, random: three colours
     assert len(set(colours)) == 3
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any("spec sheet: H100" in label for label in labels) and any("random" in label for label in labels)
+    assert any("spec sheet: H100 SXM (bfloat16)" in label for label in labels) and any("random" in label for label in labels)
+    assert any(label.startswith("measured, float32: ") for label in labels)
+    bf16 = rl.Ceilings("cpu", torch.bfloat16, 1e12, 1e10, None)
+    fig = plots.roofline(CEIL, records, specs=[rl.GPU_SPECS["T4"]], also={"bfloat16": bf16})
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any("spec sheet: T4 (float16)" in label for label in labels)
+    assert any(label.startswith("measured, bfloat16: ") and "ridge 100" in label for label in labels)
+    assert any(list(line.get_xdata()) == [100.0, 100.0] for line in fig.axes[0].lines)  # its ridge, dotted
     with pytest.raises(ValueError, match="no op that moves data"):
         plots.roofline(CEIL, [record(view=True)])
 

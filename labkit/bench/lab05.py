@@ -44,6 +44,14 @@ def op_rows(records: Sequence[OpRecord], ceilings: Ceilings, roofline_seconds: P
     return rows
 
 
+def sides(records: Sequence[OpRecord], by_dtype: dict[str, Ceilings]) -> list[dict[str, Any]]:
+    """Each op that moves data, its intensity, and for each precision of `by_dtype` (measure_ceilings_by_dtype)
+    the side of that precision's ridge it sits on: "compute" at or right of it, "memory" left of it."""
+    return [{"name": r.key, "intensity": intensity(r),
+             **{name: "compute" if intensity(r) >= c.ridge else "memory" for name, c in by_dtype.items()}}
+            for r in filter(moves_data, records)]
+
+
 def worst_ratio(rows: Sequence[dict[str, Any]], least_seconds: float = LEAST_SECONDS) -> float | None:
     """The largest max(predicted/measured, measured/predicted) over ops measured at `least_seconds` or more;
     None when no op takes that long."""

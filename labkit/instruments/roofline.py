@@ -19,6 +19,8 @@ Rule 3. A spec sheet predicts, it never measures: ``GPUSpec`` holds a datasheet'
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +31,7 @@ from labkit.instruments.ops import OpRecord
 from labkit.instruments.timing import benchmark
 
 __all__ = ["Ceilings", "GPUSpec", "GPU_SPECS", "ELEMENTWISE_FLOPS", "RooflineError", "achieved", "flops",
-           "intensity", "measure_ceilings", "measure_host_bandwidth", "moves_data", "offload_seconds", "random_draws",
+           "intensity", "measure_ceilings", "measure_ceilings_by_dtype", "measure_host_bandwidth", "moves_data", "offload_seconds", "random_draws",
            "TRANSCENDENTALS_PER_ELEMENT"]
 
 
@@ -173,6 +175,32 @@ def measure_ceilings(device: str | torch.device = "cpu", dtype: torch.dtype = to
     return Ceilings(str(device), dtype, _peak_flops(device, dtype, sides, repeats),
                     _bandwidth(device, dtype, mib, repeats), _random_rate(device, dtype, draws, repeats),
                     _special_rate(device, dtype, special, 2 * repeats + 1))
+
+
+@contextlib.contextmanager
+def _tf32(on: bool) -> Iterator[None]:
+    """torch.backends.cuda.matmul.allow_tf32 set to `on` inside, put back as it was after."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def measure_ceilings_by_dtype(device: str | torch.device = "cpu", size: Sizes | None = None) -> dict[str, Ceilings]:
+    """measure_ceilings in each precision a matmul can run in on `device`: "float32" and "bfloat16", and on CUDA
+    "tf32" (float32 tensors multiplied on tensor cores, with allow_tf32 on; "float32" is measured with it off,
+    and the setting is put back after). On a GPU the bfloat16 and TF32 peaks are its tensor cores'."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    with _tf32(False) if cuda else contextlib.nullcontext():
+        found = {"float32": measure_ceilings(device, torch.float32, size)}
+    found["bfloat16"] = measure_ceilings(device, torch.bfloat16, size)
+    if cuda:
+        with _tf32(True):
+            found["tf32"] = measure_ceilings(device, torch.float32, size)
+    return found
 
 
 # ---------------------------------------------------------------- spec sheets (Rule 3)
