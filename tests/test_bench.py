@@ -1,6 +1,8 @@
 """The benchmark registry and CLI, the meter's overhead bench, figures, and gpu-check without CUDA."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from matplotlib.figure import Figure
@@ -56,3 +58,37 @@ def test_every_benchmark_keeps_its_json_keys():
     keys = set(bench.recompute_comparison(lambda fn, *a: fn(*a), lk.sizes("tiny")).figures())
     assert keys == {"peak_ratio_vs_torch", "time_ratio_vs_torch", "peak_ratio_vs_none", "grads_bitwise_equal",
                     "time_ratio_vs_none", "peak_bytes", "config"}
+
+
+@pytest.mark.parametrize("name, card", [("Tesla T4", "T4"), ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA H100 PCIe", "H100"),
+                                        ("NVIDIA H200", "H200"), ("NVIDIA GeForce RTX 4090", None)])
+def test_gpu_check_finds_the_spec_sheet_of_the_card_it_runs_on(name, card):
+    from labkit.instruments.roofline import GPU_SPECS
+
+    assert gpucheck.spec_for(name) is (GPU_SPECS[card] if card else None)
+
+
+def test_gpu_check_sets_the_measured_ceilings_and_host_link_against_the_datasheet(monkeypatch):
+    from labkit.instruments import roofline as rl
+
+    def ceilings(flops):
+        return lambda device, dtype=torch.float32, size=None: rl.Ceilings("cuda", dtype, flops, 2e12, None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    monkeypatch.setattr("labkit.env.profile.sizes", lambda name=None: lk.sizes("tiny"))
+    monkeypatch.setattr(rl, "measure_ceilings_by_dtype", lambda device, size: {"float32": ceilings(8e12)(device),
+                                                                                 "bfloat16": ceilings(8e12)(device)})
+    monkeypatch.setattr(rl, "measure_ceilings", lambda device, dtype, size: ceilings(6e13)(device, dtype))
+    row = gpucheck._ceilings_vs_spec()  # T4: 65 TFLOP/s float16, 320 GB/s: a 2 TB/s copy is over its datasheet
+    assert "float16 60 TFLOP/s" in row.value and "92% and 625% of T4's" in row.value and not row.ok
+    monkeypatch.setattr(rl, "measure_host_bandwidth", lambda device: 12e9)
+    row = gpucheck._offload()
+    assert row.ok and "12 GB/s each way" in row.value and "75% of T4's" in row.value
+
+
+def test_gpu_check_writes_its_run_as_json_named_by_card_torch_and_date(tmp_path):
+    rows = [gpucheck.Row("pytest -m gpu", "3 passed", "all pass", True), gpucheck.Row("x", "y", "z", False)]
+    path = gpucheck.write_json(rows, "NVIDIA H200", 301.26, "16GiB", folder=tmp_path, today="2026-12-03")
+    assert path.name == f"nvidia-h200-torch{torch.__version__.split('+')[0]}-2026-12-03.json"
+    found = json.loads(path.read_text())
+    assert found["device"] == "NVIDIA H200" and found["seconds"] == 301.3 and found["ok"] is False
+    assert found["rows"][0] == {"name": "pytest -m gpu", "value": "3 passed", "bar": "all pass", "ok": True}

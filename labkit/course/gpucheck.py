@@ -95,6 +95,65 @@ def _bench(name: str, label: str, bar: str, ok: Callable[[dict], bool]) -> Calla
     return run
 
 
+def spec_for(device_name: str):
+    """The spec sheet (labkit.instruments.roofline.GPU_SPECS) of the card `device_name` names, or None."""
+    from labkit.instruments.roofline import GPU_SPECS
+
+    return next((spec for key, spec in GPU_SPECS.items() if key in device_name.upper()), None)
+
+
+def _ceilings_vs_spec() -> Row:
+    """The matmul peak (in the spec sheet's dtype) and the bandwidth, measured, against the card's datasheet."""
+    from labkit.env.profile import sizes
+    from labkit.instruments.roofline import measure_ceilings, measure_ceilings_by_dtype
+
+    name, size = torch.cuda.get_device_name(), sizes("gpu")
+    spec = spec_for(name)
+    by_dtype = measure_ceilings_by_dtype("cuda", size)
+    if spec is not None and spec.dtype != torch.bfloat16:  # a card without bfloat16 tensor cores (T4: float16)
+        by_dtype[str(spec.dtype).removeprefix("torch.")] = measure_ceilings("cuda", spec.dtype, size)
+    value = ", ".join(f"{k} {c.peak_flops / 1e12:.3g} TFLOP/s" for k, c in by_dtype.items())
+    bandwidth = by_dtype["float32"].peak_bandwidth
+    value += f"; {bandwidth / 1e9:.4g} GB/s"
+    if spec is None:
+        return Row("ceilings vs spec sheet", value + f" (no spec sheet for {name})", "measured <= spec x 1.05", True)
+    peak = by_dtype[str(spec.dtype).removeprefix("torch.")].peak_flops
+    value += f" ({peak / spec.peak_flops:.0%} and {bandwidth / spec.peak_bandwidth:.0%} of {spec.name}'s)"
+    return Row("ceilings vs spec sheet", value, "measured <= spec x 1.05 (a datasheet is a ceiling)",
+               peak <= 1.05 * spec.peak_flops and bandwidth <= 1.05 * spec.peak_bandwidth)
+
+
+def _offload() -> Row:
+    """The host link, measured (a pinned round trip), against the card's datasheet."""
+    from labkit.instruments.roofline import measure_host_bandwidth
+
+    measured, spec = measure_host_bandwidth("cuda"), spec_for(torch.cuda.get_device_name())
+    value = f"{measured / 1e9:.3g} GB/s each way (pinned, on the current stream)"
+    if spec is None or not spec.host_bandwidth:
+        return Row("offload: host link", value, "measured <= spec x 1.1", True)
+    return Row("offload: host link", value + f" ({measured / spec.host_bandwidth:.0%} of {spec.name}'s)",
+               "measured <= spec x 1.1", measured <= 1.1 * spec.host_bandwidth)
+
+
+def write_json(rows: list[Row], device: str, seconds: float, memory: str, folder: Path = ROOT / "docs" / "gpu",
+               today: str | None = None) -> Path:
+    """The run as one JSON file under `folder`, named by card, torch and date (the README's GPU section shows
+    the latest)."""
+    import dataclasses
+    import datetime
+    import re
+
+    today = today or datetime.date.today().isoformat()
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    path = folder / f"{slug}-torch{torch.__version__.split('+')[0]}-{today}.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
+                                "date": today, "memory": memory, "seconds": round(seconds, 1),
+                                "ok": all(r.ok for r in rows), "rows": [dataclasses.asdict(r) for r in rows]},
+                               indent=1) + "\n")
+    return path
+
+
 # Run in each lab's kernel before its first cell: the allocator's peak of every cell, reset after it.
 # A meter inside a cell resets the allocator's peak on entry: the reset is wrapped to keep what it drops.
 _RECORD = """
@@ -194,6 +253,8 @@ def main(memory: str | None = None, labs_seconds: float = 420) -> int:
         # the roofline bound holds from below: no op may beat its prediction by 2x; slower ops are reported
         _bench("roofline", "bench roofline (gpu profile)", "every op >= 1 ms: measured >= predicted / 2",
                lambda f: all(op["measured_s"] >= op["predicted_s"] / 2 for op in f["ops"] if op["measured_s"] >= 1e-3)),
+        _ceilings_vs_spec,
+        _offload,
     ]
     rows = []
     for check in checks:
@@ -208,4 +269,6 @@ def main(memory: str | None = None, labs_seconds: float = 420) -> int:
     print(f"{'check':{width}}  ok    {'measured':60}  bar")
     for r in rows:
         print(f"{r.name:{width}}  {'yes' if r.ok else 'NO ':4}  {r.value:60}  {r.bar}")
+    path = write_json(rows, torch.cuda.get_device_name(), time.perf_counter() - start, memory)
+    print(f"written: {path.relative_to(ROOT)} (commit it: measured figures on a real card)")
     return 0 if all(r.ok for r in rows) else 1
