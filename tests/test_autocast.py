@@ -4,7 +4,6 @@ autocast giving the plain step's gradients bit for bit. Every lab run whole on t
 tests/test_autocast_labs.py (marker `long`)."""
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 import pytest
@@ -117,19 +116,9 @@ def test_lab02s_comparison_under_autocast_is_bitwise_and_says_its_autocast():
 def test_lab07s_planner_under_autocast_predicts_every_scheme_and_its_plan_fits():
     """Autocast caches a cast weight until its outermost region ends: a selective block whose policy is traced
     inside the model's forward must not leave the trace's casts for the forward it was traced for."""
-    from labkit.planners import measure_step
-    from labkit.plans import SCHEMES, peak_of, scheme_plan
-    from labkit.reference.capstone import plan_for
+    from test_planning import every_scheme_and_the_plan_within_a_kibibyte_above_the_meter
 
     c = lab07.capstone(BF16, repeats=1)
-    n = len(c.profile.blocks)
-    budget = lab07.budget_between(c.profile, n)
-    plans = {"planner": plan_for(c.profile, budget), **{s: scheme_plan(s, n) for s in SCHEMES}}
-    for name, plan in plans.items():
-        model = copy.deepcopy(c.model)
-        measured = measure_step(model, torch.optim.Adam(model.parameters()), c.tokens, c.loss, plan)
-        assert measured <= peak_of(plan, c.profile) <= measured + 1024, (name, peak_of(plan, c.profile), measured)
-        if name == "planner":
-            assert measured <= budget
+    plans = every_scheme_and_the_plan_within_a_kibibyte_above_the_meter(c)
     for plan in plans.values():  # training under each is the plain training, bit for bit
         assert lab07.train_losses(c, plan, steps=2) == lab07.train_losses(c, None, steps=2)
