@@ -22,7 +22,8 @@ test: $(STAMP)
 # booted for three students who pull a lab 00-01 bundle and run it in Chromium (tests/test_hub.py), and
 # `labkit grade` against the red team's class of attacks (tests/test_grade_attacks.py) and `bench grade`'s generated
 # class of ten (tests/test_grade.py), and every lab's predicted peak against its solution run whole under the meter
-# (tests/test_lab_peaks.py); marker `long`
+# (tests/test_lab_peaks.py), and every lab run whole under bfloat16 autocast on the CPU (tests/test_autocast_labs.py);
+# marker `long`
 long-test: $(STAMP)
 	@command -v configurable-http-proxy >/dev/null || echo "labkit: configurable-http-proxy is not installed: the hub test is skipped; npm install -g configurable-http-proxy runs it"
 	@command -v bwrap >/dev/null || echo "labkit: bubblewrap (bwrap) is not installed: the red-team and bench grade tests are skipped"

@@ -4,6 +4,7 @@ autocast giving the plain step's gradients bit for bit. Every lab run whole on t
 tests/test_autocast_labs.py (marker `long`)."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import pytest
@@ -21,22 +22,27 @@ BF16 = replace(FIXED["tiny"], autocast="bfloat16")
 def test_the_gpu_profile_trains_in_bfloat16_and_the_cpu_profiles_in_float32():
     assert GPU_SHAPES.autocast == "bfloat16" and GPU_SHAPES.amp is torch.bfloat16
     assert FIXED["tiny"].amp is None and FIXED["cpu"].amp is None
-    with pytest.raises(ValueError, match="Sizes.autocast='float64' must be None, 'bfloat16' or 'float16'"):
-        replace(FIXED["tiny"], autocast="float64")
+    for bad in ("float64", "float16"):  # float16 would need loss scaling, which the labs do not do
+        with pytest.raises(ValueError, match=f"Sizes.autocast='{bad}' must be None or 'bfloat16'"):
+            replace(FIXED["tiny"], autocast=bad)
 
 
-@pytest.mark.parametrize("value, want", [("bfloat16", "bfloat16"), ("float16", "float16"), (" BFloat16 ", "bfloat16"),
-                                         ("none", None), ("", "the profile's")])
-def test_labkit_autocast_sets_the_profiles_autocast(monkeypatch, value, want):
+@pytest.mark.parametrize("value, on_cpu, on_gpu", [("bfloat16", "bfloat16", "bfloat16"), (" BFloat16 ", "bfloat16", "bfloat16"),
+                                                   ("none", None, None), ("", None, "bfloat16")])
+def test_labkit_autocast_sets_the_profiles_autocast(monkeypatch, value, on_cpu, on_gpu):
+    from labkit.env import profile
+
     monkeypatch.setenv("LABKIT_AUTOCAST", value)
-    assert sizes("tiny").autocast == (None if want == "the profile's" else want)
-    assert sizes("tiny").mlp_width == FIXED["tiny"].mlp_width  # nothing else changes
+    assert sizes("tiny").autocast == on_cpu
+    assert profile._autocast(GPU_SHAPES).autocast == on_gpu  # what sizes("gpu") returns, on a GPU
+    assert replace(sizes("tiny"), autocast=None) == FIXED["tiny"]  # nothing else changes
 
 
 def test_a_bad_labkit_autocast_is_named(monkeypatch):
-    monkeypatch.setenv("LABKIT_AUTOCAST", "fp8")
-    with pytest.raises(ValueError, match="LABKIT_AUTOCAST='fp8' is not an autocast; choose bfloat16, float16 or none"):
-        sizes("tiny")
+    for bad in ("fp8", " Float16"):
+        monkeypatch.setenv("LABKIT_AUTOCAST", bad)
+        with pytest.raises(ValueError, match=f"LABKIT_AUTOCAST={bad!r} is not an autocast; choose bfloat16 or none"):
+            sizes("tiny")
 
 
 @pytest.mark.parametrize("config", [lab02.recompute_config, lab04.long_config, lab06.rng_config,
@@ -55,6 +61,35 @@ def test_the_time_labs_models_take_the_profiles_autocast(config):
 def test_an_autocast_that_cannot_be_is_refused_by_name(autocast, dtype, words):
     with pytest.raises(TypeError, match=words):
         FIXED["tiny"].gpt(autocast=autocast, dtype=dtype)
+
+
+def test_a_model_under_autocast_on_a_device_autocast_does_not_run_on_is_refused():
+    cfg = BF16.gpt(autocast=torch.bfloat16)
+    with torch.device("meta"):
+        block = lk.GPTBlock(cfg)
+        x = torch.empty(cfg.batch, cfg.seq, cfg.hidden)
+    with pytest.raises(ValueError, match="torch.autocast does not run on 'meta'.*autocast=None"):
+        block(x)
+
+
+def test_a_selective_policy_traced_plainly_is_not_reused_under_an_autocast_the_trace_did_not_have():
+    """`applied` keys each block's selective policy on the autocast around it: a float32 model stepped plainly,
+    then under the caller's torch.autocast, inside one `applied`, trains as it does without a plan."""
+    from labkit.planners import applied
+    from labkit.plans import scheme_plan
+
+    cfg = FIXED["tiny"].gpt(n_layers=2)
+    losses = []
+    for plan in (None, scheme_plan("selective", 2)):
+        model, x = lk.GPTStack(cfg), lk.gpt_input(cfg, requires_grad=True)
+        with applied(model, plan) if plan else contextlib.nullcontext():
+            for amp in (False, True, False):
+                torch.manual_seed(0)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                    loss = model(x).square().mean()
+                loss.backward()
+                losses.append(loss.item())
+    assert losses[:3] == losses[3:]
 
 
 def test_korthikanti_refuses_a_config_that_runs_in_two_dtypes():

@@ -269,3 +269,17 @@ def test_korthikanti_terms_name_their_modules():
     masks = {e.module: e.bytes for e in led.entries if e.dtype == torch.bool}
     assert masks == {"attn.core.drop": cfg.heads * cfg.seq ** 2 * cfg.batch,
                      "attn.drop": cfg.seq * cfg.batch * cfg.hidden, "mlp.drop": cfg.seq * cfg.batch * cfg.hidden}
+
+
+def test_seeded_linear_draws_pytorchs_default_bound_or_a_normal_of_std_with_zero_bias():
+    import math
+
+    from labkit.models.layers import seeded_linear
+
+    gen = torch.Generator().manual_seed(0)
+    layer, bound = seeded_linear(400, 300, True, torch.float32, gen, std=None), 1 / math.sqrt(400)
+    for t in (layer.weight, layer.bias):  # nn.Linear's own default: uniform within ±1/sqrt(fan_in)
+        assert 0.95 * bound < t.abs().max() <= bound
+    layer = seeded_linear(400, 300, True, torch.float32, gen, std=0.02)
+    assert abs(layer.weight.mean()) < 0.001 and abs(layer.weight.std() - 0.02) < 0.001
+    assert torch.equal(layer.bias, torch.zeros(300))

@@ -97,6 +97,7 @@ def test_host_bandwidth_is_a_pinned_asynchronous_round_trip_timed_on_the_device(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
 
     def device_ones(*a, device=None, **k):
+        seen["source on"] = device
         made["device"] = ones(*a, **k)
         return made["device"]
 
@@ -119,7 +120,7 @@ def test_host_bandwidth_is_a_pinned_asynchronous_round_trip_timed_on_the_device(
     monkeypatch.setattr(torch.Tensor, "copy_", recorded_copy)
     monkeypatch.setattr(rl, "benchmark", timed)
     assert rl.measure_host_bandwidth("cuda", mib=1) == 2 * 2 ** 20 / 0.25
-    assert seen == {"pinned": True, "device": torch.device("cuda"),
+    assert seen == {"pinned": True, "device": torch.device("cuda"), "source on": torch.device("cuda"),
                     "copies": [("host", "device", True), ("device", "host", True)]}
 
 

@@ -148,6 +148,14 @@ def test_labkit_gpu_memory_sizes_for_the_share_and_caps_the_allocator_while_it_i
     assert sizes("cpu").device == "cpu"
 
 
+def test_a_gpu_below_the_floor_warns_and_gets_the_cpu_sizes(monkeypatch, fake_cuda):
+    from labkit.env.profile import gpu_choice
+
+    monkeypatch.setenv("LABKIT_GPU_MEMORY", "3GiB")
+    with pytest.warns(UserWarning, match="below the 4 GiB floor"):
+        assert gpu_choice().profile == "cpu"
+
+
 def test_a_peak_is_predicted_for_every_lab_of_the_catalog_that_uses_the_device():
     from labkit.course.catalog import LABS
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import copy
 import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,12 +110,21 @@ def run(module: Path, tests: list[str], mutant: Mutant, source: str, timeout: in
         shutil.copytree(ROOT, copy_root, ignore=shutil.ignore_patterns(".venv", ".git", "*.pyc", "__pycache__"))
         (copy_root / module).write_text(apply(source, mutant))
         env = dict(os.environ, PYTHONPATH=str(copy_root), LABKIT_PROFILE="tiny", PYTHONDONTWRITEBYTECODE="1")
+        # its own process group: on a timeout the whole group is killed, also what the tests started (a mutant
+        # that loops forever in a subprocess would otherwise outlive the run and take a core)
+        run = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                               cwd=copy_root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
         try:
-            done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-                                  cwd=copy_root, env=env, capture_output=True, timeout=timeout)
+            code = run.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
             return "timeout"
-    return "survived" if done.returncode == 0 else "killed"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)  # anything the tests left running
+    return "survived" if code == 0 else "killed"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,7 +55,9 @@ class RecomputeResult:
     def summary(self) -> str:
         """A few lines for a notebook."""
         f = self.figures()
-        lines = [f"peak live bytes over one forward + backward ({self.cfg.n_layers} blocks, every block checkpointed):"]
+        amp = "" if self.cfg.autocast is None else f", forwards under {self.cfg.autocast} autocast"
+        lines = [f"peak live bytes over one forward + backward ({self.cfg.n_layers} blocks, every block "
+                 f"checkpointed{amp}):"]
         lines += [f"  {name:6} {peak:>14,}" for name, peak in self.peaks.items()]
         lines += [f"peak yours / torch: {f['peak_ratio_vs_torch']:.3f}   yours / none: {f['peak_ratio_vs_none']:.3f}",
                   f"time yours / torch: {f['time_ratio_vs_torch']:.3f}   yours / none: {f['time_ratio_vs_none']:.3f}",

@@ -68,7 +68,9 @@ def roofline(size: Sizes | None = None) -> dict[str, Any]:
     model, x = long_stack(size)
     cfg, block = model.cfg, model.blocks[0]  # in training mode: its dropouts draw
     records = trace(block, x, model=block, repeats=size.repeats)
-    ceilings = measure_ceilings(size.device, cfg.autocast or cfg.dtype, size)  # the dtype its matmuls run in
+    # the dtype its matmuls run in; the other ceilings are measured in it too (on CUDA, autocast runs softmax and
+    # its dropout in float32, whose exp and random rates may differ)
+    ceilings = measure_ceilings(size.device, cfg.autocast or cfg.dtype, size)
     rows = op_rows(records, ceilings, roofline_seconds, compute_seconds)
     return {"peak_flops": ceilings.peak_flops, "peak_bandwidth": ceilings.peak_bandwidth,
             "random_rate": ceilings.random_rate, "special_rate": ceilings.special_rate, "ops": rows,

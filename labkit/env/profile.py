@@ -3,7 +3,7 @@
 tiny and cpu are fixed; gpu is sized to the memory the GPU has free when a
 process first asks (labkit.env.sizing), or to $LABKIT_GPU_MEMORY, which also caps
 the process's CUDA allocator there (a hub sharing one GPU among several users).
-$LABKIT_AUTOCAST (bfloat16, float16 or none) sets the dtype the time labs' steps run
+$LABKIT_AUTOCAST (bfloat16 or none) sets the dtype the time labs' steps run
 in under torch.autocast, over the profile's own (bfloat16 on gpu, none on the CPU
 profiles): none times a GPU in float32, bfloat16 runs the gpu profile's code path on
 a CPU.
@@ -45,12 +45,14 @@ def sizes(name: str | None = None) -> Sizes:
 
 
 def _autocast(size: Sizes) -> Sizes:
-    value = os.environ.get("LABKIT_AUTOCAST", "").strip().lower()
+    """`size` with the autocast $LABKIT_AUTOCAST names (bfloat16, or none: float32), else as it is."""
+    raw = os.environ.get("LABKIT_AUTOCAST", "")
+    value = raw.strip().lower()
     if not value:
         return size
-    if value not in ("bfloat16", "float16", "none"):
-        raise ValueError(f"LABKIT_AUTOCAST={value!r} is not an autocast; choose bfloat16, float16 or none "
-                         "(float32 throughout), or unset it for the profile's own")
+    if value not in ("bfloat16", "none"):
+        raise ValueError(f"LABKIT_AUTOCAST={raw!r} is not an autocast; choose bfloat16 or none (float32 "
+                         "throughout), or unset it for the profile's own")
     return replace(size, autocast=None if value == "none" else value)
 
 

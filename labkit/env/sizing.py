@@ -97,7 +97,10 @@ def _chain_step(n_layers: int, width: int, batch: int, param_copies: int) -> int
 
 def lab_peaks(size: Sizes) -> dict[str, int]:
     """Predicted peak bytes on the device of each lab that puts tensors there (01-07), at `size`: its largest
-    step, and what its notebook keeps alive beside it (checked against the allocator by `labkit gpu-check`)."""
+    step, and what its notebook keeps alive beside it (checked against the allocator by `labkit gpu-check`).
+    Predicted as if every step ran in its model's dtype: under the gpu profile's bfloat16 autocast the
+    activations are partly 16-bit (fewer bytes) and each block's bfloat16 weight casts live until the model's
+    forward ends (more); the prediction is not adjusted for either, and only gpu-check has measured it."""
     mlp_params = _chain_params(size.mlp_layers, size.mlp_width)
     stack = size.gpt(dtype=torch.bfloat16)
     stack_params = _gpt_params(stack)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -39,9 +39,15 @@ def check_autocast(autocast: object, dtype: torch.dtype) -> None:
                         "autocast runs a float32 model's matmuls in a lower precision")
 
 
-def autocast_to(autocast: torch.dtype | None, device: torch.device) -> ContextManager[Any]:
-    """torch.autocast on `device`'s type in `autocast`, or nothing when it is None."""
-    return contextlib.nullcontext() if autocast is None else torch.autocast(device.type, dtype=autocast)
+def autocast_to(autocast: torch.dtype | None, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """torch.autocast on `device`'s type in `autocast`, or nothing when it is None. A device autocast does not
+    run on (meta) is refused: its ops would run in float32, and their bytes be silently other than autocast's."""
+    if autocast is None:
+        return contextlib.nullcontext()
+    if not torch.amp.is_autocast_available(device.type):
+        raise ValueError(f"autocast={autocast} on a {device.type} tensor: torch.autocast does not run on "
+                         f"{device.type!r}; build the model with dataclasses.replace(cfg, autocast=None)")
+    return torch.autocast(device.type, dtype=autocast)
 
 
 def seeded_linear(n_in: int, n_out: int, bias: bool, dtype: torch.dtype, gen: torch.Generator,

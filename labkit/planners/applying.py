@@ -58,7 +58,9 @@ def _selectively(block: nn.Module, forward: Callable[..., Any]) -> Callable[[tor
     policies: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     def run(h: torch.Tensor) -> Any:
-        amp = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else None
+        kind = h.device.type
+        amp = torch.get_autocast_dtype(kind) if torch.amp.is_autocast_available(kind) \
+            and torch.is_autocast_enabled(kind) else None
         key = (tuple(h.shape), h.dtype, h.device, block.training, torch.is_grad_enabled(), amp)
         if key not in policies:
             ops = traced(block, h, forward)
