@@ -79,17 +79,19 @@ def test_a_selective_policy_traced_plainly_is_not_reused_under_an_autocast_the_t
     from labkit.plans import scheme_plan
 
     cfg = FIXED["tiny"].gpt(n_layers=2)
-    losses = []
+    runs = []
     for plan in (None, scheme_plan("selective", 2)):
         model, x = lk.GPTStack(cfg), lk.gpt_input(cfg, requires_grad=True)
         with applied(model, plan) if plan else contextlib.nullcontext():
             for amp in (False, True, False):
+                model.zero_grad(set_to_none=True)
+                x.grad = None
                 torch.manual_seed(0)
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
                     loss = model(x).square().mean()
                 loss.backward()
-                losses.append(loss.item())
-    assert losses[:3] == losses[3:]
+                runs.append([loss.detach()] + [p.grad for p in model.parameters()] + [x.grad])
+    assert all(torch.equal(a, b) for plain, planned in zip(runs[:3], runs[3:]) for a, b in zip(plain, planned))
 
 
 def test_korthikanti_refuses_a_config_that_runs_in_two_dtypes():

@@ -61,7 +61,8 @@ def test_every_benchmark_keeps_its_json_keys():
 
 
 @pytest.mark.parametrize("name, card", [("Tesla T4", "T4"), ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA H100 PCIe", "H100"),
-                                        ("NVIDIA H200", "H200"), ("NVIDIA GeForce RTX 4090", None)])
+                                        ("NVIDIA H200", "H200"), ("NVIDIA GeForce RTX 4090", None),
+                                        ("NVIDIA GH200 480GB", None), ("Quadro T400", None)])
 def test_gpu_check_finds_the_spec_sheet_of_the_card_it_runs_on(name, card):
     from labkit.instruments.roofline import GPU_SPECS
 
@@ -80,15 +81,25 @@ def test_gpu_check_sets_the_measured_ceilings_and_host_link_against_the_datashee
     monkeypatch.setattr(rl, "measure_ceilings", lambda device, dtype, size: ceilings(6e13)(device, dtype))
     row = gpucheck._ceilings_vs_spec()  # T4: 65 TFLOP/s float16, 320 GB/s: a 2 TB/s copy is over its datasheet
     assert "float16 60 TFLOP/s" in row.value and "92% and 625% of T4's" in row.value and not row.ok
+    monkeypatch.setattr(rl, "measure_ceilings_by_dtype", lambda device, size: {
+        "float32": rl.Ceilings("cuda", torch.float32, 8e12, 3e11, None),
+        "bfloat16": rl.Ceilings("cuda", torch.bfloat16, 8e12, 3e11, None)})
+    assert gpucheck._ceilings_vs_spec().ok  # 60 of 65 TFLOP/s, 300 of 320 GB/s
+    monkeypatch.setattr(rl, "measure_ceilings", lambda device, dtype, size: ceilings(7e13)(device, dtype))
+    assert not gpucheck._ceilings_vs_spec().ok  # 70 TFLOP/s float16: over the datasheet's 65
     monkeypatch.setattr(rl, "measure_host_bandwidth", lambda device: 12e9)
     row = gpucheck._offload()
     assert row.ok and "12 GB/s each way" in row.value and "75% of T4's" in row.value
+    monkeypatch.setattr(rl, "measure_host_bandwidth", lambda device: 20e9)
+    assert not gpucheck._offload().ok  # 20 GB/s over a 16 GB/s link each way
 
 
 def test_gpu_check_writes_its_run_as_json_named_by_card_torch_and_date(tmp_path):
     rows = [gpucheck.Row("pytest -m gpu", "3 passed", "all pass", True), gpucheck.Row("x", "y", "z", False)]
     path = gpucheck.write_json(rows, "NVIDIA H200", 301.26, "16GiB", folder=tmp_path, today="2026-12-03")
-    assert path.name == f"nvidia-h200-torch{torch.__version__.split('+')[0]}-2026-12-03.json"
+    assert path.name == f"nvidia-h200-16gib-torch{torch.__version__.split('+')[0]}-2026-12-03.json"
     found = json.loads(path.read_text())
     assert found["device"] == "NVIDIA H200" and found["seconds"] == 301.3 and found["ok"] is False
     assert found["rows"][0] == {"name": "pytest -m gpu", "value": "3 passed", "bar": "all pass", "ok": True}
+    again = gpucheck.write_json(rows[:1], "NVIDIA H200", 1.0, "16GiB", folder=tmp_path, today="2026-12-03")
+    assert again.name == path.name.replace(".json", "-2.json") and json.loads(path.read_text())["ok"] is False

@@ -9,7 +9,8 @@ statement. Each runs in a copy of the kit (the tree is never touched), against
 the tests given, stopping at the first failure. A mutant the tests do not
 kill "survives": either a bug they would let through, or a change that is no
 bug at all (an equivalent mutant) — read each one. Prints the survivors, then
-one JSON line: {"module", "mutants", "killed", "survived", "timeouts"}.
+one JSON line: {"module", "mutants", "killed", "survived", "timeouts", "errors"}. The tests first run on the
+module as it is, and must pass there (else every mutant would count as killed).
 """
 from __future__ import annotations
 
@@ -103,28 +104,33 @@ def apply(source: str, mutant: Mutant) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
-def run(module: Path, tests: list[str], mutant: Mutant, source: str, timeout: int) -> str:
-    """'killed', 'survived' or 'timeout' for one mutant, run in a fresh copy of the kit."""
+def run(module: Path, tests: list[str], mutant: Mutant | None, source: str, timeout: int) -> str:
+    """'killed', 'survived' or 'timeout' for one mutant (None: the module as it is), in a fresh copy of the kit;
+    'error' when pytest ended otherwise than pass or fail (interrupted, bad usage, nothing collected)."""
     with tempfile.TemporaryDirectory(prefix="labkit-mutant-") as tmp:
         copy_root = Path(tmp) / "kit"
         shutil.copytree(ROOT, copy_root, ignore=shutil.ignore_patterns(".venv", ".git", "*.pyc", "__pycache__"))
-        (copy_root / module).write_text(apply(source, mutant))
+        (copy_root / module).write_text(source if mutant is None else apply(source, mutant))
         env = dict(os.environ, PYTHONPATH=str(copy_root), LABKIT_PROFILE="tiny", PYTHONDONTWRITEBYTECODE="1")
-        # its own process group: on a timeout the whole group is killed, also what the tests started (a mutant
-        # that loops forever in a subprocess would otherwise outlive the run and take a core)
+        # its own process group: on a timeout the group is interrupted (pytest's teardown stops the servers its
+        # fixtures started), then killed with what is left in it, so a mutant that loops forever in a subprocess
+        # does not outlive the run and take a core. A process a test starts in a session of its own (a Jupyter
+        # kernel, a browser) is out of reach: it is its fixture's to stop
         run = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                                cwd=copy_root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
         try:
             code = run.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
+            os.killpg(run.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                run.wait(timeout=15)
             return "timeout"
         finally:
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(run.pid, signal.SIGKILL)  # anything the tests left running
-    return "survived" if code == 0 else "killed"
+            run.wait()
+    return {0: "survived", 1: "killed"}.get(code, "error")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,14 +147,20 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [m for m in mutants(source) if not args.lines or m.line in args.lines]
     if args.sample and args.sample < len(chosen):
         chosen = sorted(random.Random(args.seed).sample(chosen, args.sample), key=lambda m: m.index)
-    results = {"killed": 0, "survived": 0, "timeout": 0}
+    baseline = run(args.module, args.tests, None, source, args.timeout)
+    if baseline != "survived":  # tests that fail (or do not run) on the module as it is would "kill" every mutant
+        print(f"the tests do not pass on {args.module} as it is ({baseline}): fix them or the paths first",
+              file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still kills its mutant's group
+    results = {"killed": 0, "survived": 0, "timeout": 0, "error": 0}
     for m in chosen:
         verdict = run(args.module, args.tests, m, source, args.timeout)
         results[verdict] += 1
         if verdict != "killed":
             print(f"{verdict}: {args.module}:{m.line}: {m.change}", flush=True)
     print(json.dumps({"module": str(args.module), "mutants": len(chosen), "killed": results["killed"],
-                      "survived": results["survived"], "timeouts": results["timeout"]}))
+                      "survived": results["survived"], "timeouts": results["timeout"], "errors": results["error"]}))
     return 0
 
 

@@ -96,10 +96,15 @@ def _bench(name: str, label: str, bar: str, ok: Callable[[dict], bool]) -> Calla
 
 
 def spec_for(device_name: str):
-    """The spec sheet (labkit.instruments.roofline.GPU_SPECS) of the card `device_name` names, or None."""
+    """The spec sheet (labkit.instruments.roofline.GPU_SPECS) of the card `device_name` names, or None: the
+    sheet's name as a whole word ("Tesla T4", "NVIDIA H200"; not "Quadro T400" nor "GH200", a Grace Hopper
+    with another host link)."""
+    import re
+
     from labkit.instruments.roofline import GPU_SPECS
 
-    return next((spec for key, spec in GPU_SPECS.items() if key in device_name.upper()), None)
+    return next((spec for key, spec in GPU_SPECS.items()
+                 if re.search(rf"(?<![A-Z0-9]){key}(?![0-9])", device_name.upper())), None)
 
 
 def _ceilings_vs_spec() -> Row:
@@ -116,7 +121,8 @@ def _ceilings_vs_spec() -> Row:
     bandwidth = by_dtype["float32"].peak_bandwidth
     value += f"; {bandwidth / 1e9:.4g} GB/s"
     if spec is None:
-        return Row("ceilings vs spec sheet", value + f" (no spec sheet for {name})", "measured <= spec x 1.05", True)
+        return Row("ceilings vs spec sheet", value + f" (no spec sheet for {name})", "no spec sheet: reported only",
+                   True)
     peak = by_dtype[str(spec.dtype).removeprefix("torch.")].peak_flops
     value += f" ({peak / spec.peak_flops:.0%} and {bandwidth / spec.peak_bandwidth:.0%} of {spec.name}'s)"
     return Row("ceilings vs spec sheet", value, "measured <= spec x 1.05 (a datasheet is a ceiling)",
@@ -130,23 +136,24 @@ def _offload() -> Row:
     measured, spec = measure_host_bandwidth("cuda"), spec_for(torch.cuda.get_device_name())
     value = f"{measured / 1e9:.3g} GB/s each way (pinned, on the current stream)"
     if spec is None or not spec.host_bandwidth:
-        return Row("offload: host link", value, "measured <= spec x 1.1", True)
+        return Row("offload: host link", value, "no spec sheet: reported only", True)
     return Row("offload: host link", value + f" ({measured / spec.host_bandwidth:.0%} of {spec.name}'s)",
                "measured <= spec x 1.1", measured <= 1.1 * spec.host_bandwidth)
 
 
 def write_json(rows: list[Row], device: str, seconds: float, memory: str, folder: Path = ROOT / "docs" / "gpu",
                today: str | None = None) -> Path:
-    """The run as one JSON file under `folder`, named by card, torch and date (the README's GPU section shows
-    the latest)."""
+    """The run as one JSON file under `folder`, named by card, memory, torch and date; a second run on the same
+    day gets a number after the date, never overwriting the first."""
     import dataclasses
     import datetime
     import re
 
     today = today or datetime.date.today().isoformat()
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    path = folder / f"{slug}-torch{torch.__version__.split('+')[0]}-{today}.json"
+    stem = f"{slug}-{memory.lower()}-torch{torch.__version__.split('+')[0]}-{today}"
     folder.mkdir(parents=True, exist_ok=True)
+    path = next(p for n in range(1, 1000) if not (p := folder / (stem + (f"-{n}" if n > 1 else "") + ".json")).exists())
     path.write_text(json.dumps({"device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
                                 "date": today, "memory": memory, "seconds": round(seconds, 1),
                                 "ok": all(r.ok for r in rows), "rows": [dataclasses.asdict(r) for r in rows]},
