@@ -10,6 +10,7 @@ from matplotlib.ticker import LogFormatter
 
 from labkit.instruments.ledger import Ledger
 from labkit.instruments.meter import MemoryMeter
+from labkit.models.layers import dtype_name
 
 PHASE_COLOURS = {"forward": "#4c72b0", "backward": "#dd8452", "recompute": "#55a868", "optimizer": "#8172b3"}
 MiB = 2 ** 20
@@ -248,10 +249,6 @@ def segments_figure(n_layers: int, segments: int, model: Callable[..., int], inp
 
 
 # ---------------------------------------------------------------- lab 05
-def _dtype_name(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "one block on the roofline",
              also: dict | None = None) -> Figure:
     """Each op that moves data at its measured FLOP/s against FLOPs per byte, under the measured roofs.
@@ -274,7 +271,7 @@ def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "on
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     fig, (ax,) = _new(height=4.6)
     ax.plot(grid, [min(ceilings.peak_flops, ceilings.peak_bandwidth * x) for x in grid], color="black",
-            label=f"measured, {_dtype_name(ceilings.dtype)}: {ceilings.peak_bandwidth / 1e9:.3g} GB/s, "
+            label=f"measured, {dtype_name(ceilings.dtype)}: {ceilings.peak_bandwidth / 1e9:.3g} GB/s, "
                   f"{ceilings.peak_flops / 1e9:.3g} GFLOP/s")
     for (name, c), colour in zip(also.items(), ("tab:purple", "tab:brown", "tab:olive")):
         ax.plot(grid, [min(c.peak_flops, c.peak_bandwidth * x) for x in grid], color=colour,
@@ -288,7 +285,7 @@ def roofline(ceilings, records: Sequence, specs: Sequence = (), title: str = "on
                    label=f"measured random roof: {ceilings.random_rate / 1e6:.3g} M draws/s ({per_draw:g} FLOP/draw)")
     for spec in specs:
         ax.plot(grid, [min(spec.peak_flops, spec.peak_bandwidth * x) for x in grid], "--", linewidth=1,
-                label=f"spec sheet: {spec.name} ({_dtype_name(spec.dtype)})")
+                label=f"spec sheet: {spec.name} ({dtype_name(spec.dtype)})")
     for r, x, y in zip(ops, xs, ys):  # where an op sits, not its roofline time (that is lab 05's Exercise 5.1)
         colour = "backward" if r.random else "forward" if x >= ceilings.ridge else "recompute"
         ax.plot([x], [y], "o", color=PHASE_COLOURS[colour], markersize=5)

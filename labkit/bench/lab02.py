@@ -9,6 +9,7 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from labkit.instruments.meter import MemoryMeter, measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
+from labkit.models.layers import dtype_name
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.instruments.timing import compare
@@ -48,8 +49,8 @@ class RecomputeResult:
             "time_ratio_vs_none": round(self.time_ratio_vs_none, 4),
             "peak_bytes": self.peaks,
             "config": {"s": self.cfg.seq, "b": self.cfg.batch, "h": self.cfg.hidden, "a": self.cfg.heads,
-                       "n_layers": self.cfg.n_layers, "dtype": str(self.cfg.dtype).replace("torch.", ""),
-                       "autocast": None if self.cfg.autocast is None else str(self.cfg.autocast).replace("torch.", "")},
+                       "n_layers": self.cfg.n_layers, "dtype": dtype_name(self.cfg.dtype),
+                       "autocast": dtype_name(self.cfg.autocast)},
         }
 
     def summary(self) -> str:

@@ -12,6 +12,7 @@ from labkit.bench.lab04 import long_stack
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.instruments.ops import OpRecord, trace
+from labkit.models.layers import dtype_name
 from labkit.instruments.roofline import Ceilings, achieved, intensity, measure_ceilings, moves_data, random_draws
 
 LEAST_SECONDS = 1e-3  # ops faster than this are judged by no bar: timer and cache noise swamp them
@@ -76,6 +77,5 @@ def roofline(size: Sizes | None = None) -> dict[str, Any]:
             "random_rate": ceilings.random_rate, "special_rate": ceilings.special_rate, "ops": rows,
             "worst_ratio": worst_ratio(rows),
             "config": {"s": cfg.seq, "b": cfg.batch, "h": cfg.hidden, "a": cfg.heads,
-                       "dtype": str(cfg.dtype).replace("torch.", ""), "profile": size.name,
-                       "autocast": None if cfg.autocast is None else str(cfg.autocast).replace("torch.", ""),
-                       "ceilings_dtype": str(ceilings.dtype).replace("torch.", "")}}
+                       "dtype": dtype_name(cfg.dtype), "profile": size.name, "autocast": dtype_name(cfg.autocast),
+                       "ceilings_dtype": dtype_name(ceilings.dtype)}}

@@ -111,19 +111,20 @@ def _ceilings_vs_spec() -> Row:
     """The matmul peak (in the spec sheet's dtype) and the bandwidth, measured, against the card's datasheet."""
     from labkit.env.profile import sizes
     from labkit.instruments.roofline import measure_ceilings, measure_ceilings_by_dtype
+    from labkit.models.layers import dtype_name
 
     name, size = torch.cuda.get_device_name(), sizes("gpu")
     spec = spec_for(name)
     by_dtype = measure_ceilings_by_dtype("cuda", size)
     if spec is not None and spec.dtype != torch.bfloat16:  # a card without bfloat16 tensor cores (T4: float16)
-        by_dtype[str(spec.dtype).removeprefix("torch.")] = measure_ceilings("cuda", spec.dtype, size)
+        by_dtype[dtype_name(spec.dtype)] = measure_ceilings("cuda", spec.dtype, size)
     value = ", ".join(f"{k} {c.peak_flops / 1e12:.3g} TFLOP/s" for k, c in by_dtype.items())
     bandwidth = by_dtype["float32"].peak_bandwidth
     value += f"; {bandwidth / 1e9:.4g} GB/s"
     if spec is None:
         return Row("ceilings vs spec sheet", value + f" (no spec sheet for {name})", "no spec sheet: reported only",
                    True)
-    peak = by_dtype[str(spec.dtype).removeprefix("torch.")].peak_flops
+    peak = by_dtype[dtype_name(spec.dtype)].peak_flops
     value += f" ({peak / spec.peak_flops:.0%} and {bandwidth / spec.peak_bandwidth:.0%} of {spec.name}'s)"
     return Row("ceilings vs spec sheet", value, "measured <= spec x 1.05 (a datasheet is a ceiling)",
                peak <= 1.05 * spec.peak_flops and bandwidth <= 1.05 * spec.peak_bandwidth)

@@ -27,6 +27,11 @@ def check_float_dtype(dtype: object) -> None:
         raise TypeError(f"dtype={dtype!r} must be a floating torch.dtype, e.g. torch.float32 or torch.bfloat16")
 
 
+def dtype_name(dtype: torch.dtype | None) -> str | None:
+    """"bfloat16" for torch.bfloat16 (as JSON and labels print it); None for None."""
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
 def check_autocast(autocast: object, dtype: torch.dtype) -> None:
     """A TypeError naming `autocast` unless it is None, or torch.bfloat16 or torch.float16 over float32 weights."""
     if autocast is None:
