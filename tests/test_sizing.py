@@ -208,7 +208,7 @@ def test_the_parameter_terms_are_the_bytes_of_the_models_the_labs_build(profile)
     from labkit.bench.lab06 import rng_config
 
     size = sizes(profile)
-    chains = [(size.mlp_layers, size.mlp_width), (4, 1024), (max(size.chain_layers), size.chain_width)]
+    chains = [(size.mlp_layers, size.mlp_width), sizing.LAB06_WIDE[:2], (max(size.chain_layers), size.chain_width)]
     for n, width in chains:  # lab 01's chain, lab 06's wide MLP, lab 03's longest chain
         assert sizing._chain_params(n, width) == lk.parameter_bytes(lk.MLPChain(lk.MLPConfig(n_layers=n, width=width)))
     for cfg in (size.gpt(), size.gpt(dtype=torch.bfloat16), size.long_gpt()):
@@ -216,6 +216,24 @@ def test_the_parameter_terms_are_the_bytes_of_the_models_the_labs_build(profile)
     small = sizing._lab06_small(size)
     assert small.n_layers == rng_config(size).n_layers and small.batch == rng_config(size).batch
     assert sizing._gpt_params(small) == lk.parameter_bytes(lk.GPTStack(rng_config(size)))
+
+
+def test_the_wide_mlp_predicted_is_the_one_lab_06_builds():
+    from pathlib import Path
+
+    import nbformat
+
+    layers, width, batch = sizing.LAB06_WIDE
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "solutions" / "06_pitfalls.ipynb", as_version=4)
+    source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert f"wide = lk.MLPChain(lk.MLPConfig(n_layers={layers}, width={width})).to(dev)" in source
+    assert f"wide_x = lk.mlp_input(wide.cfg, batch={batch}, requires_grad=True, device=dev)" in source
+
+
+def test_a_labs_peak_is_the_largest_of_its_parts():
+    parts = sizing.lab_branches(sizes("cpu"))
+    assert sizing.lab_peaks(sizes("cpu")) == {lab: max(p.values()) for lab, p in parts.items()}
+    assert {lab: len(p) for lab, p in parts.items()} == {"01": 2, "02": 1, "03": 1, "04": 1, "05": 2, "06": 2, "07": 2}
 
 
 def test_the_choice_says_the_largest_peak_and_the_memory_in_gib():

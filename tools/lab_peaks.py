@@ -37,12 +37,13 @@ _rows, _start = [], 0
 for _end, _src in _marks:
     _rows.append((max([e.live_bytes for e in _meter.timeline[_start:_end]], default=0), _src))
     _start = _end
-print("LAB-PEAKS " + json.dumps({"rows": _rows, "predicted": _z.lab_peaks(_size)}))
+print("LAB-PEAKS " + json.dumps({"rows": _rows, "predicted": _z.lab_peaks(_size), "parts": _z.lab_branches(_size)}))
 """
 
 
 def peaks(notebook: Path, scale: int = 0, profile: str = "cpu") -> dict:
-    """{"rows": [(peak bytes, cell source), ...], "predicted": lab_peaks(...)} of `notebook` run under the meter."""
+    """{"rows": [(peak bytes, cell source), ...], "predicted": lab_peaks(...), "parts": lab_branches(...)} of
+    `notebook` run under the meter."""
     nb = nbformat.read(notebook, as_version=4)
     setup = SETUP.format(scale=scale, profile=profile)
     nb.cells = [nbformat.v4.new_code_cell(setup), *nb.cells, nbformat.v4.new_code_cell(REPORT)]

@@ -30,6 +30,8 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 
 # lab 01 plots the MLP chain's activations up to this batch (2**13), whatever the profile
 LAB01_LARGEST_BATCH = 2**13
+# lab 06's wide MLP, the same on every profile: (layers, width, batch); tests/test_sizing.py finds it in the lab
+LAB06_WIDE = (4, 1024, 4)
 
 
 def parse_bytes(text: str | int) -> int:
@@ -95,9 +97,10 @@ def _chain_step(n_layers: int, width: int, batch: int, param_copies: int) -> int
     return param_copies * _chain_params(n_layers, width) + (n_layers + 5) * batch * width * 4
 
 
-def lab_peaks(size: Sizes) -> dict[str, int]:
-    """Predicted peak bytes on the device of each lab that puts tensors there (01-07), at `size`: its largest
-    step, and what its notebook keeps alive beside it (checked against the allocator by `labkit gpu-check`).
+def lab_branches(size: Sizes) -> dict[str, dict[str, int]]:
+    """Each lab's predicted peak bytes, per part of the lab that could reach it (its largest step and what its
+    notebook keeps alive beside it), at `size`: {lab: {part: bytes}}. tests/test_lab_peaks.py holds each part
+    against the measured peak of the cells that run it, where a lab's parts run in cells of their own.
     Predicted as if every step ran in its model's dtype: under the gpu profile's bfloat16 autocast the
     activations are partly 16-bit (fewer bytes) and each block's bfloat16 weight casts live until the model's
     forward ends (more); the prediction is not adjusted for either, and only gpu-check has measured it."""
@@ -105,39 +108,51 @@ def lab_peaks(size: Sizes) -> dict[str, int]:
     stack = size.gpt(dtype=torch.bfloat16)
     stack_params = _gpt_params(stack)
     sides, mib, draws, special = MEASURE_SIZES[size.name]
-    ceilings = max(3 * max(sides) ** 2 * 4, 2 * mib * 2**20, 4 * draws, 8 * special)
     long = size.long_gpt()
     deep = size.gpt()
-    wide_params = _chain_params(4, 1024)  # the lab's wide MLP: 4 layers of width 1024 on every profile
+    wide_layers, wide_width, wide_batch = LAB06_WIDE
+    wide_params = _chain_params(wide_layers, wide_width)
     logits = 4 * size.batch * size.seq * 4 * size.hidden * 4  # lab 07: four (b, s, vocab = 4h) float32 tensors
+    lab06_sides = 2 * (_gpt_params(deep) + wide_params + _gpt_params(_lab06_small(size)))
     return {
-        # the MLP chain's activations at batch 2**13 (a forward), or the last Adam step of one_step_meter
-        # (weights, gradients, two moments and one of Adam's temporaries) beside `deep` and `gpt` with its own
-        # gradients and Adam state
-        "01": max(mlp_params + _chain_step(size.mlp_layers, size.mlp_width, LAB01_LARGEST_BATCH, 1),
-                  mlp_params + 4 * stack_params + _gpt_step(stack, 5)),
+        "01": {
+            # the MLP chain's activations at batch 2**13 (a forward), beside the chain's weights
+            "chain forward": mlp_params + _chain_step(size.mlp_layers, size.mlp_width, LAB01_LARGEST_BATCH, 1),
+            # the last Adam step of one_step_meter (weights, gradients, two moments and one of Adam's
+            # temporaries) beside `deep` and `gpt` with its own gradients and Adam state
+            "Adam step": mlp_params + 4 * stack_params + _gpt_step(stack, 5),
+        },
         # the comparison's stack, twice as deep, float32: weights, gradients and one cloned set; beside it
         # the ledger `plain`, whose output holds one block's graph
-        "02": _gpt_step(size.gpt(n_layers=2 * size.gpt_layers), 3) + korthikanti_bytes(size.gpt(n_layers=1)),
+        "02": {"comparison": _gpt_step(size.gpt(n_layers=2 * size.gpt_layers), 3)
+               + korthikanti_bytes(size.gpt(n_layers=1))},
         # the longest chain: weights, gradients and one cloned set, beside the notebook's `long_model` (weights
         # and gradients) and the chain of the length before (the same again, at most)
-        "03": _chain_step(max(size.chain_layers), size.chain_width, size.chain_batch, 6),
+        "03": {"longest chain": _chain_step(max(size.chain_layers), size.chain_width, size.chain_batch, 6)},
         # the long stack: weights, gradients and two cloned sets (policy_rows compares gradients)
-        "04": _gpt_step(long, 4),
+        "04": {"long stack": _gpt_step(long, 4)},
         # the same stack, or the ceilings' own buffers (a matmul's three squares, a copy's two)
-        "05": max(_gpt_step(long, 4), ceilings),
+        "05": {"long stack": _gpt_step(long, 4),
+               "ceilings": max(3 * max(sides) ** 2 * 4, 2 * mib * 2**20, 4 * draws, 8 * special)},
         # the advisor's copy of `deep` or of the wide MLP: weights, gradients, Adam's two moments and the two
         # parameter-sized temporaries of its foreach step (measured on the MLP); beside them the notebook's deep
         # stack, wide MLP and small stack, each with its gradients
-        "06": max(_gpt_step(deep, 6), _chain_step(4, 1024, 4, 6))
-              + 2 * (_gpt_params(deep) + wide_params + _gpt_params(_lab06_small(size))),
+        "06": {"advisor on the deep stack": _gpt_step(deep, 6) + lab06_sides,
+               "advisor on the wide MLP": _chain_step(wide_layers, wide_width, wide_batch, 6) + lab06_sides},
         # the language model's plain step (the stack's, and its logits, their float copy, log-softmax and
         # gradient) beside the notebook's model: in the plans' comparison, on one copy with gradients and Adam's
         # state; in the batch search, a step run when its predicted peak is up to OVER (1.25) times the budget
         # (itself under the plain step's peak), and measured up to 5% over its prediction (the planner's error:
         # tests/test_lab_peaks.py saw 64.0 MiB against 63.6 at 1.25 on the cpu sizes), so 1.25 x 1.05 = 21/16
-        "07": max(_gpt_step(deep, 5) + logits, 21 * (_gpt_step(deep, 4) + logits) // 16 + _gpt_params(deep)),
+        "07": {"plans' comparison": _gpt_step(deep, 5) + logits,
+               "batch search": 21 * (_gpt_step(deep, 4) + logits) // 16 + _gpt_params(deep)},
     }
+
+
+def lab_peaks(size: Sizes) -> dict[str, int]:
+    """Predicted peak bytes on the device of each lab that puts tensors there (01-07), at `size`: the largest of
+    its parts (lab_branches), checked against the allocator by `labkit gpu-check`."""
+    return {lab: max(parts.values()) for lab, parts in lab_branches(size).items()}
 
 
 # ---------------------------------------------------------------- choosing the sizes
