@@ -23,14 +23,18 @@ lab_peaks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lab_peaks)
 
 
-# each part's cells, by how their source starts (after the NBVAL marker; tools/lab_peaks.py keeps 70 characters); lab 06's advisor runs on the deep stack
-# and the wide MLP in one cell, so only its larger part is held, by the lab's peak
+# each part's cells, by how their source starts (after the NBVAL marker; tools/lab_peaks.py keeps 70 characters),
+# and how far above their peak its prediction may be: half again, or closer where the part's tensors do not
+# depend on a timing (a plan chosen by measured seconds), so that a term too many is caught too. Lab 06's advisor
+# runs on the deep stack and the wide MLP in one cell, so only its larger part is held, by the lab's peak.
 PART_CELLS = {
-    "01": {"chain forward": ("deep = lk.MLPChain(",), "Adam step": ("def one_step_meter(",)},
-    "05": {"ceilings": ("by_dtype = lk.roofline.measure_ceiling",),
-           "long stack": ("model, x = lk.bench.long_stack(size)", "from labkit.labs.recompute import checkpoint_h")},
-    "07": {"plans' comparison": ("c = lk.bench.lab07.capstone(size", 'plans = {"planner": plan_for('),
-           "batch search": ("batches = lk.bench.lab07.batch_rows(",)},
+    "01": {"chain forward": (("deep = lk.MLPChain(",), 1.25),  # cpu: 184.6 MB predicted, 157.2 measured
+           "Adam step": (("def one_step_meter(",), 1.06)},  # 36.4 against 34.9
+    "05": {"ceilings": (("by_dtype = lk.roofline.measure_ceiling",), 1.01),  # exact: the buffers' own sizes
+           "long stack": (("model, x = lk.bench.long_stack(size)", "from labkit.labs.recompute import checkpoint_h"),
+                          1.5)},
+    "07": {"plans' comparison": (("c = lk.bench.lab07.capstone(size", 'plans = {"planner": plan_for('), 1.5),
+           "batch search": (("batches = lk.bench.lab07.batch_rows(",), 1.5)},
 }
 
 
@@ -55,7 +59,7 @@ def test_a_labs_predicted_peak_bounds_its_measured_peak_within_half_again(lab):
     measured, predicted = max(p for p, _ in found["rows"]), found["predicted"][lab.number]
     assert measured <= predicted <= 1.5 * measured, (
         f"lab {lab.number}: measured {measured:,} B, predicted {predicted:,} B ({measured / predicted:.0%})")
-    for part, starts in PART_CELLS.get(lab.number, {}).items():
+    for part, (starts, most) in PART_CELLS.get(lab.number, {}).items():
         measured, predicted = _part_peak(found["rows"], starts), found["parts"][lab.number][part]
-        assert measured <= predicted <= 1.5 * measured, (
+        assert measured <= predicted <= most * measured, (
             f"lab {lab.number}, {part}: measured {measured:,} B, predicted {predicted:,} B ({measured / predicted:.0%})")
