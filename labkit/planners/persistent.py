@@ -1,0 +1,357 @@
+"""The optimal persistent schedule of a chain (Beaumont et al., "Optimal checkpointing for heterogeneous
+chains", 2019, the dynamic program behind rotor): measured, decided, run.
+
+A persistent schedule is a list of ops on the chain's layers (Op): forwards without a graph (F), forwards
+that record the layer's graph (T), backwards (B) and letting a kept input go (del); a layer may be recomputed
+several times, and every input it keeps stays until it is let go. `profile_ops` measures what the model needs
+(OpCosts: each layer's tensor bytes and the bytes each op reaches above what was alive, with the meter, and
+its forward seconds), `simulate` says what a list of ops will peak at and cost, exactly as `run_ops` runs
+them, and `optimal_ops` is the dynamic program over (first layer, last layer, memory) that finds the ops with
+the least forward cost whose simulated peak fits a budget.
+
+Staged here for issue 30 (lab 03's Exercise 3.5 will be the dynamic program, `optimal_tables`, and move to the
+lab, imported through labkit.labs as the advisor's rule is): tests/test_persistent.py holds the executor's
+measured peak to the simulated one to the byte and its gradients bitwise to the plain chain's, and the
+dynamic program to exhaustive search over every persistent schedule of short chains, simulated.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from labkit.instruments.meter import MemoryMeter
+from labkit.instruments.timing import benchmark
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a persistent schedule on a chain, on layer `layer`:
+    "F" forward without a graph (x[layer+1] from x[layer]; `drop`: x[layer] is let go after, unless a graph
+    holds it); "T" forward recording the layer's graph (taped); "B" the layer's backward (its gradient in from
+    above, out to below; its graph, its output and the gradient in are let go after); "del" let a kept
+    x[layer] go."""
+
+    kind: str
+    layer: int
+    drop: bool = False
+
+
+@dataclass(frozen=True)
+class OpCosts:
+    """What the optimal schedule knows of a chain of n layers, all measured (profile_ops).
+
+    x[i] (n + 1 entries): bytes of the input of layer i, x[n] the chain's output; grad[i]: bytes of the
+    gradient of x[i] (grad[n] is the loss's gradient, counted in `loss`); tape[i]: bytes layer i's graph keeps
+    besides its input and output; f_over, t_over, b_over: the most bytes above what was alive before that an
+    F, a T and a B of layer i reach while they run (their output included); fwd[i]: cost of one forward of
+    layer i (seconds, or any unit); loss: bytes alive through backward besides (the loss and its gradient)."""
+
+    x: list[int]
+    grad: list[int]
+    tape: list[int]
+    f_over: list[int]
+    t_over: list[int]
+    b_over: list[int]
+    fwd: list[float]
+    loss: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.fwd)
+        lengths = {"x": len(self.x), "grad": len(self.grad)}
+        if n == 0 or any(v != n + 1 for v in lengths.values()) or any(
+                len(getattr(self, k)) != n for k in ("tape", "f_over", "t_over", "b_over")):
+            raise ValueError(f"OpCosts: x and grad need n + 1 entries, the others n, n >= 1; got n = {n}, "
+                             f"{lengths}")
+        values = [*self.x, *self.grad, *self.tape, *self.f_over, *self.t_over, *self.b_over, self.loss]
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values) or min(self.fwd) < 0:
+            raise ValueError("OpCosts: bytes must be ints >= 0 and costs >= 0")
+
+    @property
+    def n(self) -> int:
+        return len(self.fwd)
+
+
+def simulate(ops: Sequence[Op], costs: OpCosts) -> tuple[int, float]:
+    """(peak bytes above the chain's input, forward cost) of running `ops` in a step `run_ops(...).sum()
+    .backward()`, exactly as run_ops holds and lets go of tensors; ValueError on an op that cannot run."""
+    n, c = costs.n, costs
+    live, taped, grads = {0}, set(), {n}  # kept inputs/outputs x[i]; taped layers; gradients present
+    peak = cost = 0.0
+    backward = False
+
+    def alive() -> int:
+        xs = live | taped | {i + 1 for i in taped}
+        return (sum(c.x[i] for i in xs if i != 0) + sum(c.tape[i] for i in taped)
+                + sum(c.grad[i] for i in grads if i != n) + (c.loss if backward else 0)
+                + (c.x[n] if backward else 0) * (n not in xs))  # the step holds the output through backward
+
+    for op in ops:
+        i = op.layer
+        if not (isinstance(op, Op) and isinstance(i, int) and 0 <= i < n + (op.kind == "del")):
+            raise ValueError(f"simulate: {op!r} is not an Op on a layer in 0..{n - 1}")
+        before = alive()
+        if op.kind in ("F", "T"):
+            if i not in live:
+                raise ValueError(f"simulate: {op!r} needs x[{i}], which is not kept")
+            peak = max(peak, before + (c.f_over[i] if op.kind == "F" else c.t_over[i]))
+            cost += c.fwd[i]
+            live.add(i + 1)
+            if op.kind == "T":
+                taped.add(i)
+            elif op.drop and i != 0:
+                live.discard(i)
+        elif op.kind == "B":
+            if i not in taped or i + 1 not in grads:
+                raise ValueError(f"simulate: {op!r} needs layer {i} taped and the gradient of x[{i + 1}]")
+            if not backward:  # the first backward: the loss and its gradient exist from here
+                backward = True
+                peak = max(peak, before + c.loss)
+                before = alive()
+            peak = max(peak, before + c.b_over[i])
+            taped.discard(i)
+            live.discard(i + 1)
+            if i + 1 != n:
+                grads.discard(i + 1)
+            grads.add(i)
+        elif op.kind == "del":
+            live.discard(i)
+        else:
+            raise ValueError(f"simulate: unknown op kind {op.kind!r}; allowed: F, T, B, del")
+        peak = max(peak, alive())
+    if 0 not in grads:
+        raise ValueError("simulate: the ops never reach the gradient of the chain's input (B of layer 0)")
+    return int(peak), cost
+
+
+class _RunOps(torch.autograd.Function):
+    """run_ops's step: forward runs the ops before the first backward, backward the rest."""
+
+    @staticmethod
+    def forward(ctx, x, layers, ops, on_op, *params):  # noqa: ANN001
+        ctx.layers, ctx.on_op = layers, on_op
+        ctx.live, ctx.tapes, ctx.grads = {0: x.detach()}, {}, {}
+        first = next(k for k, op in enumerate(ops) if op.kind == "B")
+        ctx.rest = ops[first:]
+        _run(ctx, ops[:first])
+        return ctx.live[len(layers)]
+
+    @staticmethod
+    def backward(ctx, grad_out):  # noqa: ANN001
+        ctx.grads[len(ctx.layers)] = grad_out
+        _run(ctx, ctx.rest)
+        grad_in = ctx.grads.pop(0)
+        ctx.live = ctx.tapes = ctx.grads = None
+        return (grad_in, None, None, None) + (None,) * (len(ctx.needs_input_grad) - 4)
+
+
+def _run(ctx, ops) -> None:  # noqa: ANN001
+    n = len(ctx.layers)
+    for op in ops:
+        if ctx.on_op is not None:
+            ctx.on_op(op, "start")
+        i = op.layer
+        if op.kind == "F":
+            with torch.no_grad():
+                ctx.live[i + 1] = ctx.layers[i](ctx.live[i])
+            if op.drop and i != 0:
+                del ctx.live[i]
+        elif op.kind == "T":
+            leaf = ctx.live[i].detach().requires_grad_()
+            with torch.enable_grad():
+                out = ctx.layers[i](leaf)
+            ctx.tapes[i] = (leaf, out)
+            ctx.live[i + 1] = out.detach()
+        elif op.kind == "B":
+            leaf, out = ctx.tapes.pop(i)
+            torch.autograd.backward(out, ctx.grads[i + 1])
+            ctx.grads[i] = leaf.grad
+            del leaf, out
+            ctx.live.pop(i + 1, None)
+            if i + 1 != n:
+                del ctx.grads[i + 1]
+        else:  # "del"
+            del ctx.live[i]
+        if ctx.on_op is not None:
+            ctx.on_op(op, "end")
+
+
+def run_ops(layers: Sequence[torch.nn.Module], x: torch.Tensor, ops: Sequence[Op],
+            on_op: Callable[[Op, str], None] | None = None) -> torch.Tensor:
+    """The chain's output, computed as `ops` say; its backward runs the rest of them. Checked by simulate
+    first (an op that cannot run is a ValueError before anything runs). on_op(op, "start" | "end") is called
+    around each op (profile_ops marks the meter's timeline with it)."""
+    layers = _chain(layers, "run_ops")
+    ops = list(ops)
+    if any(not isinstance(op, Op) for op in ops) or not any(op.kind == "B" for op in ops):
+        raise ValueError("run_ops: ops must be a list of Op with at least one backward")
+    zero = [0] * len(layers)
+    simulate(ops, OpCosts([0] * (len(layers) + 1), [0] * (len(layers) + 1), zero, zero, zero, zero,
+                          [0.0] * len(layers)))
+    params = [p for layer in layers if isinstance(layer, torch.nn.Module) for p in layer.parameters()]
+    return _RunOps.apply(x, layers, ops, on_op, *params)
+
+
+def store_all(n: int) -> list[Op]:
+    """Every layer taped in forward, then backward: a plain step as ops (no recomputation)."""
+    return [Op("T", i) for i in range(n)] + [Op("B", i) for i in reversed(range(n))]
+
+
+def profile_ops(chain: torch.nn.Sequential, x: torch.Tensor, repeats: int = 3) -> OpCosts:
+    """OpCosts of `chain` at input `x`, measured: the meter's bytes around each op of two steps (every
+    layer run without a graph; every layer taped, then back-propagated), and each layer's median forward
+    seconds (no graph). A layer whose bytes the model cannot hold (an F whose output is not one new tensor of
+    its bytes, a gradient not the size of its input) is refused, naming it."""
+    layers = _chain(chain, "profile_ops")
+    n = len(layers)
+    with torch.no_grad():
+        hs = [x.detach()]
+        for layer in layers:
+            hs.append(layer(hs[-1]))
+    sizes = [h.untyped_storage().nbytes() for h in hs]
+    found: dict[tuple[str, int], tuple[int, int, int]] = {}
+
+    def step(ops: list[Op]) -> None:
+        with MemoryMeter(chain, x, history=True) as meter:
+            marks = {}
+
+            def on_op(op: Op, when: str) -> None:
+                if when == "start":
+                    marks[op] = (meter.live, len(meter.timeline))
+                else:
+                    before, start = marks.pop(op)
+                    top = max([e.live_bytes for e in meter.timeline[start:]], default=before)
+                    found[op.kind, op.layer] = (before, max(top, meter.live), meter.live)
+            out = run_ops(layers, x, ops, on_op)
+            if ops[0].kind == "T":
+                out.sum().backward()
+
+    with torch.random.fork_rng(devices=[]):
+        for p in chain.parameters():
+            p.grad = torch.zeros_like(p)
+        x.grad = torch.zeros_like(x)
+        with MemoryMeter(chain, x, history=True) as meter, torch.no_grad():  # F: each layer without a graph
+            h = hs[0]
+            for i, layer in enumerate(layers):
+                before, start = meter.live, len(meter.timeline)
+                h = layer(h)
+                top = max([e.live_bytes for e in meter.timeline[start:]], default=before)
+                found["F", i] = (before, top, meter.live)
+            del h
+        step(store_all(n))
+    f_over, t_over, b_over, tape, grad = [], [], [], [], [0] * (n + 1)
+    for i in range(n):
+        before, top, after = found["F", i]
+        if after - before != sizes[i + 1] - (sizes[i] if i else 0):
+            raise ValueError(f"profile_ops: layer {i}'s forward leaves {after - before:,} B more alive, not its "
+                             f"output's {sizes[i + 1]:,} B less its input's: its output shares memory")
+        f_over.append(top - before)
+        before, top, after = found["T", i]
+        t_over.append(top - before)
+        tape.append(after - before - sizes[i + 1])
+    for i in reversed(range(n)):  # B: the gradient it leaves is what it adds, less what it lets go
+        before, top, after = found["B", i]
+        b_over.append(top - before)
+        grad[i] = after - before + tape[i] + (sizes[i + 1] + grad[i + 1] if i + 1 < n else 0)
+    b_over.reverse()
+    fwd = []
+    for i, layer in enumerate(layers):
+        with torch.no_grad():
+            fwd.append(benchmark(lambda layer=layer, h=hs[i]: layer(h), warmup=1, repeats=repeats).median)
+    loss = 2 * hs[-1].element_size()  # the loss (a sum) and its gradient, one element each
+    return OpCosts(sizes, grad, tape, f_over, t_over, b_over, fwd, loss)
+
+
+def _op_units(costs: OpCosts, budget: int, most: int = 2048) -> dict:
+    """The DP's memory in units: their common divisor, or, when the budget would need more than `most` units,
+    budget/most. What a step takes is rounded up and what it lets go rounded down, so a schedule the DP finds
+    fits never runs over the budget; with the common divisor nothing is rounded."""
+    c = costs
+    room = budget - c.loss  # the loss and its gradient: outside
+    values = [v for v in (*c.x, *c.grad, *c.tape, *c.f_over, *c.t_over, *c.b_over) if v] or [1]
+    unit = math.gcd(*values, max(room, 1))
+    if room // unit > most:
+        unit = -(-room // most)
+    up = lambda vs: np.array([-(-v // unit) for v in vs], dtype=np.int64)  # noqa: E731
+    down = lambda vs: np.array([v // unit for v in vs], dtype=np.int64)  # noqa: E731
+    return {"unit": unit, "top": room // unit if room >= 0 else -1, "x": up(c.x), "x_down": down(c.x),
+            "grad": up(c.grad), "grad_down": down(c.grad), "tape": up(c.tape), "f": up(c.f_over),
+            "t": up(c.t_over), "b": up(c.b_over)}
+
+
+def _at(row: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """row[index] where 0 <= index, clipped to the row's end (more memory never costs more), else inf."""
+    out = np.full(index.shape, np.inf)
+    ok = index >= 0
+    out[ok] = row[np.minimum(index[ok], len(row) - 1)]
+    return out
+
+
+def optimal_tables(costs: OpCosts, u: dict) -> tuple[dict, dict]:
+    """best[s, t][m]: the least forward cost of back-propagating layers [s, t), x[s] kept and the gradient of
+    x[t] present, in m units besides them; how[s, t][m]: -1 (none fits), 0 (tape layer s first) or s' (run
+    forward to x[s'] without a graph and keep it). Filled for m = 0 .. top + max(x) (a subproblem after a
+    split can be given more than its parent)."""
+    n, fwd = costs.n, costs.fwd
+    m = np.arange(u["top"] + int(u["x"].max()) + 1)
+    best, how = {}, {}
+    x, xd, g, tape, f, t, b = u["x"], u["x_down"], u["grad"], u["tape"], u["f"], u["t"], u["b"]
+    freed = lambda j: u["grad_down"][j] if j < n else -x[n]  # noqa: E731  (what the end of [s, j) lets go)
+    for length in range(1, n + 1):
+        for s in range(0, n - length + 1):
+            e = s + length
+            # tape layer s, back-propagate [s+1, e), then layer s
+            fits = (m >= t[s]) & (m >= x[s + 1] + tape[s] + b[s] + (g[s + 1] - freed(e) if length > 1 else 0))
+            rest = _at(best[s + 1, e], m - tape[s] - x[s + 1]) if length > 1 else np.zeros(len(m))
+            cost = np.where(fits, fwd[s] + rest, np.inf)
+            choice = np.where(np.isfinite(cost), 0, -1)
+            run, need = 0.0, 0
+            for split in range(s + 1, e):  # forward to x[split] without a graph, keep it, do [split, e), then [s, split)
+                j = split - 1
+                need = max(need, (x[j] if j > s else 0) + f[j])
+                run += fwd[j]
+                other = (run + _at(best[split, e], m - x[split])
+                         + _at(best[s, split], m + freed(e) - g[split]))
+                other[m < need] = np.inf
+                better = other < cost
+                cost[better], choice[better] = other[better], split
+            best[s, e], how[s, e] = cost, choice
+    return best, how
+
+
+def optimal_ops(costs: OpCosts, budget: int) -> list[Op] | None:
+    """The persistent schedule with the least forward cost whose simulated peak is at most `budget`, or None
+    if none fits (Beaumont et al.'s dynamic program over first layer, last layer and memory)."""
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        raise TypeError(f"optimal_ops: budget must be an int of bytes, got {type(budget).__name__}")
+    u = _op_units(costs, budget)
+    if u["top"] < 0:
+        return None
+    best, how = optimal_tables(costs, u)
+    if not np.isfinite(best[0, costs.n][u["top"]]):
+        return None
+    return _rebuild(how, u, 0, costs.n, u["top"], costs.n)
+
+
+def _rebuild(how: dict, u: dict, s: int, e: int, m: int, n: int) -> list[Op]:
+    """The ops of how[s, e] at m units (the choices optimal_tables made), recursively."""
+    m = min(m, len(how[s, e]) - 1)
+    choice = int(how[s, e][m])
+    if choice < 0:
+        raise RuntimeError(f"optimal_ops: no choice at layers [{s}, {e}) with {m} units (an inconsistent table)")
+    if choice == 0:
+        inner = _rebuild(how, u, s + 1, e, m - int(u["tape"][s] + u["x"][s + 1]), n) if e > s + 1 else []
+        return [Op("T", s), *inner, Op("B", s)]
+    freed = int(u["grad_down"][e]) if e < n else -int(u["x"][n])
+    return ([Op("F", s), *(Op("F", j, drop=True) for j in range(s + 1, choice))]
+            + _rebuild(how, u, choice, e, m - int(u["x"][choice]), n) + [Op("del", choice)]
+            + _rebuild(how, u, s, choice, m + freed - int(u["grad"][choice]), n))
+
+
+def _chain(layers: Sequence[Callable[[torch.Tensor], torch.Tensor]], who: str) -> list:
+    """Lab 03's check_chain: the layers as a list, or the error it gives."""
+    from labkit.labs.sqrt_n import check_chain
+
+    return check_chain(layers, who)
