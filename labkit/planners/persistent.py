@@ -281,44 +281,49 @@ def _op_units(costs: OpCosts, budget: int, most: int = 2048) -> dict:
             "t": up(c.t_over), "b": up(c.b_over)}
 
 
-def _at(row: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """row[index] where 0 <= index, clipped to the row's end (more memory never costs more), else inf."""
-    out = np.full(index.shape, np.inf)
-    ok = index >= 0
-    out[ok] = row[np.minimum(index[ok], len(row) - 1)]
-    return out
+def optimal_tables(costs: OpCosts, u: dict) -> tuple[np.ndarray, np.ndarray, int]:
+    """best[s, e, pad + m]: the least forward cost of back-propagating layers [s, e), x[s] kept and the
+    gradient of x[e] present, in m units besides them; how[s, e, m]: -1 (none fits), 0 (tape layer s first)
+    or s' (run forward to x[s'] without a graph and keep it). m runs over 0 .. top + max(x) (a subproblem
+    after a split can be given more than its parent); each row of best has `pad` columns of inf before it (a
+    negative m) and `pad` copies of its last value after it (more memory never costs more), so that a shifted
+    row is one gather."""
+    n, fwd = costs.n, np.asarray(costs.fwd, dtype=float)
+    x, g, tape, f, t, b = u["x"], u["grad"], u["tape"], u["f"], u["t"], u["b"]
+    width = u["top"] + int(x.max()) + 1
+    pad = int(max(x.max() + tape.max(), g.max() + x.max())) + 1
+    m = np.arange(width)
+    row = width + 2 * pad
+    best = np.full((n + 1) * (n + 1) * row, np.inf)  # flat: row (s, e) starts at ((n + 1) * s + e) * row
+    how = np.full((n + 1, n + 1, width), -1, dtype=np.int16)
+    start = lambda s, e: ((n + 1) * s + e) * row + pad  # noqa: E731  (where m = 0 of row (s, e) is)
 
-
-def optimal_tables(costs: OpCosts, u: dict) -> tuple[dict, dict]:
-    """best[s, t][m]: the least forward cost of back-propagating layers [s, t), x[s] kept and the gradient of
-    x[t] present, in m units besides them; how[s, t][m]: -1 (none fits), 0 (tape layer s first) or s' (run
-    forward to x[s'] without a graph and keep it). Filled for m = 0 .. top + max(x) (a subproblem after a
-    split can be given more than its parent)."""
-    n, fwd = costs.n, costs.fwd
-    m = np.arange(u["top"] + int(u["x"].max()) + 1)
-    best, how = {}, {}
-    x, xd, g, tape, f, t, b = u["x"], u["x_down"], u["grad"], u["tape"], u["f"], u["t"], u["b"]
-    freed = lambda j: u["grad_down"][j] if j < n else -x[n]  # noqa: E731  (what the end of [s, j) lets go)
     for length in range(1, n + 1):
         for s in range(0, n - length + 1):
             e = s + length
+            freed = int(u["grad_down"][e]) if e < n else -int(x[n])  # what the end of [s, e) lets go
             # tape layer s, back-propagate [s+1, e), then layer s
-            fits = (m >= t[s]) & (m >= x[s + 1] + tape[s] + b[s] + (g[s + 1] - freed(e) if length > 1 else 0))
-            rest = _at(best[s + 1, e], m - tape[s] - x[s + 1]) if length > 1 else np.zeros(len(m))
+            fits = (m >= t[s]) & (m >= x[s + 1] + tape[s] + b[s] + (g[s + 1] - freed if length > 1 else 0))
+            rest = best[start(s + 1, e) - tape[s] - x[s + 1] + m] if length > 1 else 0.0
             cost = np.where(fits, fwd[s] + rest, np.inf)
             choice = np.where(np.isfinite(cost), 0, -1)
-            run, need = 0.0, 0
-            for split in range(s + 1, e):  # forward to x[split] without a graph, keep it, do [split, e), then [s, split)
-                j = split - 1
-                need = max(need, (x[j] if j > s else 0) + f[j])
-                run += fwd[j]
-                other = (run + _at(best[split, e], m - x[split])
-                         + _at(best[s, split], m + freed(e) - g[split]))
-                other[m < need] = np.inf
-                better = other < cost
-                cost[better], choice[better] = other[better], split
-            best[s, e], how[s, e] = cost, choice
-    return best, how
+            if length > 1:  # or forward to x[split] without a graph, keep it, do [split, e), then [s, split)
+                splits = np.arange(s + 1, e)
+                js = splits - 1
+                need = np.maximum.accumulate(np.where(js > s, x[js], 0) + f[js])
+                run = np.cumsum(fwd[js])
+                right = best[(start(splits, e) - x[splits])[:, None] + m]
+                left = best[(start(s, splits) + freed - g[splits])[:, None] + m]
+                other = right + left + run[:, None]
+                other[m[None, :] < need[:, None]] = np.inf
+                k = np.argmin(other, axis=0)
+                lowest = other[k, m]
+                better = lowest < cost
+                cost[better], choice[better] = lowest[better], splits[k[better]]
+            at = start(s, e)
+            best[at:at + width], best[at + width:at + width + pad] = cost, cost[-1]
+            how[s, e] = choice
+    return best, how, start(0, n)
 
 
 def optimal_ops(costs: OpCosts, budget: int) -> list[Op] | None:
@@ -329,16 +334,16 @@ def optimal_ops(costs: OpCosts, budget: int) -> list[Op] | None:
     u = _op_units(costs, budget)
     if u["top"] < 0:
         return None
-    best, how = optimal_tables(costs, u)
-    if not np.isfinite(best[0, costs.n][u["top"]]):
+    best, how, root = optimal_tables(costs, u)
+    if not np.isfinite(best[root + u["top"]]):
         return None
     return _rebuild(how, u, 0, costs.n, u["top"], costs.n)
 
 
-def _rebuild(how: dict, u: dict, s: int, e: int, m: int, n: int) -> list[Op]:
+def _rebuild(how: np.ndarray, u: dict, s: int, e: int, m: int, n: int) -> list[Op]:
     """The ops of how[s, e] at m units (the choices optimal_tables made), recursively."""
-    m = min(m, len(how[s, e]) - 1)
-    choice = int(how[s, e][m])
+    m = min(m, how.shape[2] - 1)
+    choice = int(how[s, e, m]) if m >= 0 else -1
     if choice < 0:
         raise RuntimeError(f"optimal_ops: no choice at layers [{s}, {e}) with {m} units (an inconsistent table)")
     if choice == 0:
