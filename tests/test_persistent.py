@@ -108,3 +108,21 @@ def test_bad_input_is_refused_by_name():
                                                                        [1, 1], [1.0, 1.0]))
     with pytest.raises(ValueError, match="never reach the gradient"):
         P.simulate([P.Op("T", 0)], costs)
+
+
+def test_held_against_revolve_on_uniform_chains():
+    """Revolve's model (checkpoint_schedules' optimal_steps_mixed: s slots, each holding a layer's checkpoint or
+    its backward's dependencies, and the state being advanced held for free) against this one reduced to it (a
+    kept input and a taped layer's output one unit each, gradients and overheads nothing): with s + 1 units,
+    one of them the state being advanced, the optimum's forward steps lie between Revolve's with s + 1 slots
+    and with s, for every n <= 64 and s = 1..8 (the free state is what keeps them from equal)."""
+    mixed = pytest.importorskip("checkpoint_schedules.mixed", reason="checkpoint-schedules is not installed")
+    steps = lambda n, s: n if s >= n - 1 else mixed.optimal_steps_mixed(n, s)  # noqa: E731
+    for n in range(2, 65):
+        costs = P.OpCosts([1] * n + [0], [0] * (n + 1), [0] * n, [0] * n, [0] * n, [0] * n, [1.0] * n)
+        for s in range(1, 9):
+            forwards = P.simulate(P.optimal_ops(costs, s + 1), costs)[1]
+            assert steps(n, s + 1) <= forwards <= steps(n, s), (n, s)
+    # at s = n - 1 slots every layer is taped once: Revolve and the optimum both run n forwards
+    assert P.simulate(P.optimal_ops(P.OpCosts([1] * 9 + [0], [0] * 10, *([[0] * 9] * 4), [1.0] * 9), 8),
+                      P.OpCosts([1] * 9 + [0], [0] * 10, *([[0] * 9] * 4), [1.0] * 9))[1] == 9 == steps(9, 8)
