@@ -25,6 +25,7 @@ def _grads(layers, x, run):
 
 @pytest.mark.parametrize("kinds", ["HL" * 6, "H" * 10, "LHHL"])
 def test_run_ops_peaks_as_simulated_to_the_byte_with_bitwise_gradients(kinds):
+    """At five budgets from the least that fits to storing everything, and for the recursion and √n as ops."""
     torch.manual_seed(0)
     chain = layer_chain(kinds, 16)
     x = torch.randn(8, 16, requires_grad=True)
@@ -37,10 +38,14 @@ def test_run_ops_peaks_as_simulated_to_the_byte_with_bitwise_gradients(kinds):
         mid = (low + high) // 2
         low, high = (low, mid) if P.optimal_ops(costs, mid) is not None else (mid + 1, high)
     assert P.optimal_ops(costs, low - 1) is None
-    for budget in sorted({low + (top - low) * k // 4 for k in range(5)}):
-        ops = P.optimal_ops(costs, budget)
+    from labkit.labs.sqrt_n import uniform_schedule
+
+    n = len(layers)
+    others = [P.recursive_ops(n), P.segments_ops(uniform_schedule(n, 2), n)]
+    for budget in sorted({low + (top - low) * k // 4 for k in range(5)}) + [None] * len(others):
+        ops = P.optimal_ops(costs, budget) if budget is not None else others.pop()
         predicted, _ = P.simulate(ops, costs)
-        assert predicted <= budget
+        assert budget is None or predicted <= budget
         assert activation_peak(chain, x, lambda ls, h, ops=ops: P.run_ops(ls, h, ops)) == predicted
         got = _grads(layers, x, lambda h, ops=ops: P.run_ops(layers, h, ops))
         assert all(torch.equal(a, b) for a, b in zip(want, got))
@@ -55,21 +60,9 @@ def test_the_lab_chain_at_the_tiny_sizes_recomputes_more_as_the_budget_falls():
     assert spent[0] == pytest.approx(sum(costs.fwd)) and spent[0] <= spent[1] <= spent[2]
 
 
-def _schedules(s: int, e: int):
-    """Every persistent schedule of layers [s, e) as ops (the grammar the dynamic program searches)."""
-    inner = [[]] if e == s + 1 else list(_schedules(s + 1, e))
-    for rest in inner:
-        yield [P.Op("T", s), *rest, P.Op("B", s)]
-    for split in range(s + 1, e):
-        run = [P.Op("F", s), *(P.Op("F", j, drop=True) for j in range(s + 1, split))]
-        for right in _schedules(split, e):
-            for left in _schedules(s, split):
-                yield [*run, *right, P.Op("del", split), *left]
-
-
 @functools.cache
 def _all(n: int) -> list:
-    return list(_schedules(0, n))
+    return list(P.all_schedules(n))
 
 
 def _drawn(rng, n: int) -> P.OpCosts:
@@ -95,6 +88,30 @@ def test_the_dynamic_program_equals_exhaustive_search_over_persistent_schedules(
             assert ops is not None, (n, budget, min(fits))
             peak, cost = P.simulate(ops, costs)
             assert peak <= budget and cost == pytest.approx(min(fits)), (n, budget, costs)
+
+
+def test_the_space_is_counted_and_the_lab_schedules_are_in_it():
+    assert [len(_all(n)) for n in range(1, 8)] == [1, 2, 6, 22, 90, 394, 1806]
+    assert P.recursive_ops(4) in _all(4) and P.store_all(5) in _all(5)
+    from labkit.labs.sqrt_n import uniform_schedule
+
+    assert P.segments_ops(uniform_schedule(6, 2), 6) in _all(6)
+
+
+@pytest.mark.parametrize("n", [2, 5, 8, 13])
+def test_the_recursion_as_ops_runs_the_layer_forwards_lab_03s_recursion_runs(n):
+    from labkit.labs.recompute import checkpoint
+    from labkit.labs.sqrt_n import checkpoint_recursive
+
+    calls = []
+    layers = [lambda h, i=i: calls.append(i) or torch.sin(h) for i in range(n)]
+    x = torch.randn(3, requires_grad=True)
+    checkpoint_recursive(layers, x, checkpoint).sum().backward()
+    costs = P.OpCosts([1] * (n + 1), [1] * (n + 1), *([[0] * n] * 4), [1.0] * n)
+    assert P.simulate(P.recursive_ops(n), costs)[1] == len(calls)
+    calls.clear()
+    P.run_ops(layers, x, P.recursive_ops(n)).sum().backward()
+    assert P.simulate(P.recursive_ops(n), costs)[1] == len(calls)
 
 
 def test_bad_input_is_refused_by_name():

@@ -17,7 +17,7 @@ dynamic program to exhaustive search over every persistent schedule of short cha
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,6 +197,49 @@ def run_ops(layers: Sequence[torch.nn.Module], x: torch.Tensor, ops: Sequence[Op
 def store_all(n: int) -> list[Op]:
     """Every layer taped in forward, then backward: a plain step as ops (no recomputation)."""
     return [Op("T", i) for i in range(n)] + [Op("B", i) for i in reversed(range(n))]
+
+
+def _split(s: int, split: int, right: list[Op], left: list[Op]) -> list[Op]:
+    """Forward from x[s] to x[split] without a graph, keep x[split], run `right` (layers [split, ..)), let
+    x[split] go, run `left` (layers [s, split), from x[s] again)."""
+    return [Op("F", s), *(Op("F", j, drop=True) for j in range(s + 1, split)), *right, Op("del", split), *left]
+
+
+def segments_ops(schedule: Sequence, n: int) -> list[Op]:
+    """A one-level schedule (lab 03's Segments: stored, or recomputed once) as ops: a stored segment's layers
+    taped in forward; a recomputed one run without a graph, its input kept, and taped again in backward."""
+    def rest(k: int) -> list[Op]:
+        if k == len(schedule):
+            return []
+        seg = schedule[k]
+        if not seg.recompute:
+            return [*(Op("T", i) for i in range(seg.start, seg.stop)), *rest(k + 1),
+                    *(Op("B", i) for i in reversed(range(seg.start, seg.stop)))]
+        taped = [*(Op("T", i) for i in range(seg.start, seg.stop)),
+                 *(Op("B", i) for i in reversed(range(seg.start, seg.stop)))]
+        return _split(seg.start, seg.stop, rest(k + 1), taped) if seg.stop < n else taped
+    if [(g.start, g.stop) for g in schedule][:1] != [(0, schedule[0].stop)] or schedule[-1].stop != n:
+        raise ValueError(f"segments_ops: the segments must cover layers 0..{n}, got {schedule}")
+    return rest(0)
+
+
+def recursive_ops(n: int, s: int = 0) -> list[Op]:
+    """Chen et al.'s recursion as ops: the first half run without a graph and its end kept, the second half
+    done the same way, then the first half again, recursively; one layer is taped and back-propagated."""
+    if n - s == 1:
+        return [Op("T", s), Op("B", s)]
+    mid = s + (n - s) // 2
+    return _split(s, mid, recursive_ops(n, mid), recursive_ops(mid, s))
+
+
+def all_schedules(n: int, s: int = 0) -> Iterator[list[Op]]:
+    """Every persistent schedule of layers [s, n) (the space optimal_ops searches), for exhaustive search."""
+    for rest in ([[]] if n == s + 1 else all_schedules(n, s + 1)):
+        yield [Op("T", s), *rest, Op("B", s)]
+    for split in range(s + 1, n):
+        for right in all_schedules(n, split):
+            for left in all_schedules(split, s):
+                yield _split(s, split, right, left)
 
 
 def profile_ops(chain: torch.nn.Sequential, x: torch.Tensor, repeats: int = 3) -> OpCosts:
