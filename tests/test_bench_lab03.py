@@ -31,6 +31,22 @@ def test_schedule_bench_keys_and_bars():
     assert figures["optimal"]["recompute_cost"] < figures["sqrt_n"]["recompute_cost"]
 
 
+def test_optimal_bench_bars(monkeypatch):
+    monkeypatch.setattr(lab03, "_revolve_rows", lambda: {"revolve": "held by tests/test_persistent.py"})
+    figures = lab03.optimal(lk.sizes("tiny"))
+    json.dumps(figures)
+    for bar in ("exact", "bitwise", "optimal_bounds_the_others", "matches_exhaustive",
+                "least_budget_at_most_recursive_peak"):
+        assert figures[bar] is True, bar
+    rows = figures["rows"]
+    assert {r["name"].split(" k=")[0] for r in rows} == {"optimal", "recursive", "sqrt_n", "one-level planner"}
+    assert all(r["measured_peak"] == r["predicted_peak"] for r in rows)
+    mine = [r for r in rows if r["name"] == "optimal"]
+    assert all(r["measured_peak"] <= r["budget"] for r in mine) and mine[0]["budget"] == figures["least_budget"]
+    costs = [r["forward_cost"] for r in mine]  # more memory never costs more forwards
+    assert costs == sorted(costs, reverse=True) and costs[-1] == 1.0
+
+
 def test_u_curves_and_schedule_figures():
     sweep = lab03.segments_sweep(lambda ls, h, k, c: h, lambda n, k, **c: 1, lambda f, h: f(h), lk.sizes("tiny"), 4,
                                  [1, 2], progress=False, timed=[2])

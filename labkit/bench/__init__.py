@@ -14,7 +14,8 @@ from typing import Any, Callable
 from labkit.bench.lab01 import formula, formula_configs
 from labkit.bench.lab02 import RecomputeResult, recompute, recompute_comparison, recompute_config
 from labkit.bench.lab03 import (
-    activation_peak, hetero_chain, mlp_chain, schedule, segment_constants, segments, segments_sweep, step_time_ratio,
+    activation_peak, hetero_chain, mlp_chain, optimal, schedule, segment_constants, segments, segments_sweep,
+    step_time_ratio,
 )
 from labkit.bench.lab04 import long_config, long_stack, policies, policy_rows
 from labkit.bench import lab04, lab05, lab06, lab07
@@ -25,12 +26,12 @@ from labkit.bench.fsdp import fsdp
 from labkit.bench.overhead import meter
 
 __all__ = ["BENCHMARKS", "main", "formula", "formula_configs", "meter", "recompute", "recompute_comparison",
-           "recompute_config", "RecomputeResult", "segments", "schedule", "segments_sweep", "segment_constants",
+           "recompute_config", "RecomputeResult", "segments", "schedule", "optimal", "segments_sweep", "segment_constants",
            "activation_peak", "step_time_ratio", "mlp_chain", "hetero_chain", "policies", "policy_rows", "long_config", "long_stack",
            "roofline", "pitfalls", "plan", "fsdp"]
 
 BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "meter": meter, "recompute": recompute,
-                                                       "segments": segments, "schedule": schedule,
+                                                       "segments": segments, "schedule": schedule, "optimal": optimal,
                                                        "policies": policies, "roofline": roofline,
                                                        "pitfalls": pitfalls, "plan": plan,
                                                        "fsdp": fsdp}

@@ -161,3 +161,111 @@ def schedule(size: Sizes | None = None) -> dict[str, Any]:
     S.plan(big, 16 * int(math.sqrt(1000)))
     out["solve_seconds_n1000"] = round(time.perf_counter() - start, 4)
     return out  # the planner against exhaustive search is a test: tests/test_reference_lab03.py
+
+
+# ------------------------------------------------------------------ optimal
+def _revolve_rows() -> dict[str, Any]:
+    """The optimum reduced to Revolve's model, against checkpoint_schedules' count, for n <= 64, s = 1..8."""
+    from labkit.planners import persistent as P
+    try:
+        from checkpoint_schedules.mixed import optimal_steps_mixed
+    except ImportError:
+        return {"revolve": "checkpoint-schedules is not installed (pip install checkpoint-schedules)"}
+    steps = lambda n, s: n if s >= n - 1 else optimal_steps_mixed(n, s)  # noqa: E731
+    equal = within = cases = 0
+    for n in range(2, 65):
+        costs = P.OpCosts([1] * n + [0], [0] * (n + 1), *([[0] * n] * 4), [1.0] * n)
+        for s in range(1, 9):
+            forwards = P.simulate(P.optimal_ops(costs, s + 1), costs)[1]
+            cases += 1
+            equal += forwards == steps(n, s)
+            within += steps(n, s + 1) <= forwards <= steps(n, s)
+    return {"revolve_cases": cases, "revolve_within_bounds": within == cases, "revolve_equal": equal,
+            "matches_revolve": equal == cases}
+
+
+def _exhaustive(rng: np.random.Generator, chains: int = 6, longest: int = 6) -> bool:
+    """optimal_ops against the best of every persistent schedule, simulated, on drawn chains, at every budget."""
+    from labkit.planners import persistent as P
+
+    for _ in range(chains):
+        n = int(rng.integers(1, longest + 1))
+        x = [int(v) for v in rng.integers(1, 4, n + 1)]
+        more = lambda base: [b + int(v) for b, v in zip(base, rng.integers(0, 3, n))]  # noqa: E731
+        costs = P.OpCosts(x, x[:n] + [1], [int(v) for v in rng.integers(0, 3, n)], more(x[1:]), more(x[1:]),
+                          more(x[:n]), [float(v) for v in rng.integers(1, 6, n)], int(rng.integers(0, 3)))
+        simulated = [P.simulate(ops, costs) for ops in P.all_schedules(n)]
+        for budget in sorted({peak for peak, _ in simulated}):
+            ops = P.optimal_ops(costs, budget)
+            best = min(cost for peak, cost in simulated if peak <= budget)
+            if ops is None or P.simulate(ops, costs)[0] > budget or abs(P.simulate(ops, costs)[1] - best) > 1e-9:
+                return False
+    return True
+
+
+def least_ops_budget(costs: Any) -> int:
+    """The least budget optimal_ops finds a schedule for, by bisection (fitting is monotone in the budget)."""
+    from labkit.planners import persistent as P
+
+    low, high = 0, P.simulate(P.store_all(costs.n), costs)[0]
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if P.optimal_ops(costs, mid) is not None else (mid + 1, high)
+    return low
+
+
+def optimal(size: Sizes | None = None) -> dict[str, Any]:
+    """The optimal persistent schedule on lab 03's heterogeneous chain: run at a sweep of budgets from the least
+    that fits to storing everything, beside √n segments, the recursion and the one-level planner run as ops by
+    the same executor; held against Revolve and exhaustive search; its solve time on the lab's longest chain."""
+    import labkit.labs.sqrt_n as S
+    from labkit.planners import persistent as P
+
+    size = size or sizes()
+    n = max(size.chain_layers) // 2
+    chain, x = hetero_chain(size, n)
+    layers = list(chain)
+    costs = P.profile_ops(chain, x, repeats=size.repeats)
+    chain_costs = S.profile_chain(chain, x)
+    chain.zero_grad(set_to_none=True)
+    x.grad = None
+    chain(x).sum().backward()
+    want = [p.grad.clone() for p in chain.parameters()] + [x.grad.clone()]
+
+    def run(name: str, ops: list, budget: int | None = None) -> dict[str, Any]:
+        predicted, cost = P.simulate(ops, costs)
+        measured = activation_peak(chain, x, lambda ls, h: P.run_ops(ls, h, ops))
+        chain.zero_grad(set_to_none=True)
+        x.grad = None
+        P.run_ops(layers, x, ops).sum().backward()
+        bitwise = all(torch.equal(a, b) for a, b in zip(want, [p.grad for p in chain.parameters()] + [x.grad]))
+        return {"name": name, "budget": budget, "predicted_peak": predicted, "measured_peak": measured,
+                "forward_cost": round(cost / sum(costs.fwd), 4), "bitwise": bitwise, "cost": cost}
+
+    recursive_peak = activation_peak(chain, x, lambda ls, h: S.checkpoint_recursive(ls, h))
+    least = least_ops_budget(costs)
+    top = P.simulate(P.store_all(n), costs)[0]
+    budgets = sorted({least + (top - least) * k // 5 for k in range(6)})
+    rows = [run("optimal", P.optimal_ops(costs, b), b) for b in budgets]
+    rows.append(run("recursive", P.recursive_ops(n)))
+    rows += [run(f"sqrt_n k={k}", P.segments_ops(S.uniform_schedule(n, k), n)) for k in (2, round(math.sqrt(n)), n // 2)]
+    low, high = S.least_budget(chain_costs), S.peak_of([S.Segment(0, n, False)], chain_costs)
+    for b in sorted({low + (high - low) * k // 3 for k in range(4)}):
+        rows.append(run("one-level planner", P.segments_ops(S.schedule_for(chain_costs, b), n)))
+    # the optimum at each other schedule's measured peak costs no more than it (the costs unrounded)
+    bounded = all(P.simulate(P.optimal_ops(costs, r["measured_peak"]), costs)[1] <= r.pop("cost") * (1 + 1e-12)
+                  for r in rows if r["name"] != "optimal")
+    for r in rows:
+        r.pop("cost", None)
+    long_chain, long_x = mlp_chain(size, max(size.chain_layers))
+    long_costs = P.profile_ops(nn.Sequential(*long_chain.layers), long_x, repeats=1)
+    long_top = P.simulate(P.store_all(long_costs.n), long_costs)[0]
+    start = time.perf_counter()
+    P.optimal_ops(long_costs, long_top // 3)
+    solve = time.perf_counter() - start
+    return {"n_layers": n, "recursive_peak": recursive_peak, "least_budget": least,
+            "least_budget_at_most_recursive_peak": least <= recursive_peak,
+            "exact": all(r["measured_peak"] == r["predicted_peak"] for r in rows),
+            "bitwise": all(r["bitwise"] for r in rows), "optimal_bounds_the_others": bounded,
+            "matches_exhaustive": _exhaustive(np.random.default_rng(0)), **_revolve_rows(),
+            "solve_seconds_n64": round(solve, 3), "n_long": long_costs.n, "rows": rows}

@@ -312,16 +312,16 @@ def _op_units(costs: OpCosts, budget: int, most: int = 2048) -> dict:
     budget/most. What a step takes is rounded up and what it lets go rounded down, so a schedule the DP finds
     fits never runs over the budget; with the common divisor nothing is rounded."""
     c = costs
-    room = budget - c.loss  # the loss and its gradient: outside
-    values = [v for v in (*c.x, *c.grad, *c.tape, *c.f_over, *c.t_over, *c.b_over) if v] or [1]
-    unit = math.gcd(*values, max(room, 1))
+    room = budget
+    values = [v for v in (*c.x, *c.grad, *c.tape, *c.f_over, *c.t_over, *c.b_over, c.loss) if v] or [1]
+    unit = math.gcd(*values)  # every amount is a multiple of it: budget // unit loses nothing
     if room // unit > most:
         unit = -(-room // most)
     up = lambda vs: np.array([-(-v // unit) for v in vs], dtype=np.int64)  # noqa: E731
     down = lambda vs: np.array([v // unit for v in vs], dtype=np.int64)  # noqa: E731
     return {"unit": unit, "top": room // unit if room >= 0 else -1, "x": up(c.x), "x_down": down(c.x),
             "grad": up(c.grad), "grad_down": down(c.grad), "tape": up(c.tape), "f": up(c.f_over),
-            "t": up(c.t_over), "b": up(c.b_over)}
+            "t": up(c.t_over), "b": up(c.b_over), "loss": -(-c.loss // unit)}
 
 
 def optimal_tables(costs: OpCosts, u: dict) -> tuple[np.ndarray, np.ndarray, int]:
@@ -334,7 +334,7 @@ def optimal_tables(costs: OpCosts, u: dict) -> tuple[np.ndarray, np.ndarray, int
     n, fwd = costs.n, np.asarray(costs.fwd, dtype=float)
     x, g, tape, f, t, b = u["x"], u["grad"], u["tape"], u["f"], u["t"], u["b"]
     width = u["top"] + int(x.max()) + 1
-    pad = int(max(x.max() + tape.max(), g.max() + x.max())) + 1
+    pad = int(max(x.max() + tape.max(), g.max() + x.max() + u["loss"])) + 1
     m = np.arange(width)
     row = width + 2 * pad
     best = np.full((n + 1) * (n + 1) * row, np.inf)  # flat: row (s, e) starts at ((n + 1) * s + e) * row
@@ -345,8 +345,11 @@ def optimal_tables(costs: OpCosts, u: dict) -> tuple[np.ndarray, np.ndarray, int
         for s in range(0, n - length + 1):
             e = s + length
             freed = int(u["grad_down"][e]) if e < n else -int(x[n])  # what the end of [s, e) lets go
+            # a subproblem ending at the chain's end starts in forward, before the loss exists; its backwards
+            # and what runs after them have the loss and its gradient besides
+            late = u["loss"] if e == n else 0
             # tape layer s, back-propagate [s+1, e), then layer s
-            fits = (m >= t[s]) & (m >= x[s + 1] + tape[s] + b[s] + (g[s + 1] - freed if length > 1 else 0))
+            fits = (m >= t[s]) & (m >= x[s + 1] + tape[s] + b[s] + late + (g[s + 1] - freed if length > 1 else 0))
             rest = best[start(s + 1, e) - tape[s] - x[s + 1] + m] if length > 1 else 0.0
             cost = np.where(fits, fwd[s] + rest, np.inf)
             choice = np.where(np.isfinite(cost), 0, -1)
@@ -356,7 +359,7 @@ def optimal_tables(costs: OpCosts, u: dict) -> tuple[np.ndarray, np.ndarray, int
                 need = np.maximum.accumulate(np.where(js > s, x[js], 0) + f[js])
                 run = np.cumsum(fwd[js])
                 right = best[(start(splits, e) - x[splits])[:, None] + m]
-                left = best[(start(s, splits) + freed - g[splits])[:, None] + m]
+                left = best[(start(s, splits) + freed - late - g[splits])[:, None] + m]
                 other = right + left + run[:, None]
                 other[m[None, :] < need[:, None]] = np.inf
                 k = np.argmin(other, axis=0)
@@ -392,7 +395,7 @@ def _rebuild(how: np.ndarray, u: dict, s: int, e: int, m: int, n: int) -> list[O
     if choice == 0:
         inner = _rebuild(how, u, s + 1, e, m - int(u["tape"][s] + u["x"][s + 1]), n) if e > s + 1 else []
         return [Op("T", s), *inner, Op("B", s)]
-    freed = int(u["grad_down"][e]) if e < n else -int(u["x"][n])
+    freed = int(u["grad_down"][e]) if e < n else -int(u["x"][n]) - u["loss"]
     return ([Op("F", s), *(Op("F", j, drop=True) for j in range(s + 1, choice))]
             + _rebuild(how, u, choice, e, m - int(u["x"][choice]), n) + [Op("del", choice)]
             + _rebuild(how, u, s, choice, m + freed - int(u["grad"][choice]), n))
