@@ -307,19 +307,23 @@ def profile_ops(chain: torch.nn.Sequential, x: torch.Tensor, repeats: int = 3) -
     return OpCosts(sizes, grad, tape, f_over, t_over, b_over, fwd, loss)
 
 
+SLACK = 8  # units above the budget's the DP also fills, each tried against the exact simulation
+
+
 def _op_units(costs: OpCosts, budget: int, most: int = 2048) -> dict:
-    """The DP's memory in units: their common divisor, or, when the budget would need more than `most` units,
-    budget/most. What a step takes is rounded up and what it lets go rounded down, so a schedule the DP finds
-    fits never runs over the budget; with the common divisor nothing is rounded."""
+    """The DP's memory in units: the common divisor of every amount, or, when the budget would need more than
+    `most` units, the least power of two that needs at most `most` (a tensor's bytes are a multiple of a large
+    power of two, so tensors stay exact and a few bytes of a scalar or a bias round up to one unit). What a
+    step takes is rounded up and what it lets go rounded down, so a schedule the DP finds fits never runs over
+    the budget; with the common divisor nothing is rounded."""
     c = costs
-    room = budget
     values = [v for v in (*c.x, *c.grad, *c.tape, *c.f_over, *c.t_over, *c.b_over, c.loss) if v] or [1]
     unit = math.gcd(*values)  # every amount is a multiple of it: budget // unit loses nothing
-    if room // unit > most:
-        unit = -(-room // most)
+    if budget // unit > most:  # a power of two: tensors' bytes are multiples of large ones, so they stay exact
+        unit = 1 << (-(-budget // most) - 1).bit_length()
     up = lambda vs: np.array([-(-v // unit) for v in vs], dtype=np.int64)  # noqa: E731
     down = lambda vs: np.array([v // unit for v in vs], dtype=np.int64)  # noqa: E731
-    return {"unit": unit, "top": room // unit if room >= 0 else -1, "x": up(c.x), "x_down": down(c.x),
+    return {"unit": unit, "top": budget // unit if budget >= 0 else -1, "x": up(c.x), "x_down": down(c.x),
             "grad": up(c.grad), "grad_down": down(c.grad), "tape": up(c.tape), "f": up(c.f_over),
             "t": up(c.t_over), "b": up(c.b_over), "loss": -(-c.loss // unit)}
 
@@ -377,13 +381,21 @@ def optimal_ops(costs: OpCosts, budget: int) -> list[Op] | None:
     if none fits (Beaumont et al.'s dynamic program over first layer, last layer and memory)."""
     if isinstance(budget, bool) or not isinstance(budget, int):
         raise TypeError(f"optimal_ops: budget must be an int of bytes, got {type(budget).__name__}")
+    if simulate(store_all(costs.n), costs)[0] <= budget:  # one forward pass, the least any schedule runs
+        return store_all(costs.n)
     u = _op_units(costs, budget)
     if u["top"] < 0:
         return None
+    top, u["top"] = u["top"], u["top"] + SLACK
     best, how, root = optimal_tables(costs, u)
-    if not np.isfinite(best[root + u["top"]]):
-        return None
-    return _rebuild(how, u, 0, costs.n, u["top"], costs.n)
+    # the rounding is on the safe side, so the ops at `top` units fit; a few units more may still fit the
+    # budget exactly (the bytes a rounding added were never there): the most that does, simulated, is best
+    for m in range(top + SLACK, top - 1, -1):
+        if np.isfinite(best[root + m]):
+            ops = _rebuild(how, u, 0, costs.n, m, costs.n)
+            if m == top or simulate(ops, costs)[0] <= budget:
+                return ops
+    return None
 
 
 def _rebuild(how: np.ndarray, u: dict, s: int, e: int, m: int, n: int) -> list[Op]:
