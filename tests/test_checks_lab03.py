@@ -174,6 +174,47 @@ def test_ex_3_4_catches(bug, keyword):
     assert keyword in err.hint, err
 
 
+def _tables(old: str, new: str):
+    """The reference optimal_tables with one bug planted: `old` in its source replaced by `new`."""
+    import inspect
+    import textwrap
+
+    import numpy as np
+
+    source = textwrap.dedent(inspect.getsource(S.optimal_tables))
+    assert old in source, old
+    space = {"np": np}
+    exec(compile(source.replace(old, new), "<planted>", "exec"), space)
+    return space["optimal_tables"]
+
+
+TABLE_BUGS = {
+    "no forward runs": _tables("            if length > 1:  # 2.", "            if False:  # 2."),
+    "no loss": _tables("            late = u[\"loss\"] if e == n else 0", "            late = 0"),
+    "the left part given the parent's memory": _tables("+ freed - late - g[splits]", "+ 0"),
+    "how never says a split": _tables("splits[k[better]]", "0"),
+}
+
+
+def test_ex_3_5_passes_the_reference_and_refuses_a_stub():
+    checks.ex_3_5(S.optimal_tables)
+
+    def stub(costs, u):
+        raise NotImplementedError("Exercise 3.5: the optimal persistent schedule")
+    with pytest.raises(NotAttempted):
+        checks.ex_3_5(stub)
+
+
+@pytest.mark.parametrize("bug, keyword", [
+    ("no forward runs", "the least cost is lower"), ("no loss", "everything it has alive fits"),
+    ("the left part given the parent's memory", "everything it has alive fits"),
+    ("how never says a split", "how[s, e, m] must say"),
+], ids=lambda v: v if " " in v else "")
+def test_ex_3_5_catches(bug, keyword):
+    err = _fails(checks.ex_3_5, TABLE_BUGS[bug])
+    assert keyword in err.hint, err
+
+
 def test_each_planted_bug_has_its_own_hint():
     cases = [(checks.ex_3_1, (b,)) for b in (_segments(EVEN, last_plain=True), _segments(FLOOR),
                                              _segments(EVEN, fixed=True), segments_twice,
@@ -183,5 +224,6 @@ def test_each_planted_bug_has_its_own_hint():
                                            (S.segment_peak, best_rounded))]
     cases += [(checks.ex_3_3, (b,)) for b in (recursive_ceil, recursive_flat_first_half, recursive_fixed_checkpoint)]
     cases += [(checks.ex_3_4, (b,)) for b in (plan_greedy, plan_ignores_inputs, plan_always, plan_unmerged_gaps)]
+    cases += [(checks.ex_3_5, (TABLE_BUGS[b],)) for b in ("no forward runs", "no loss", "how never says a split")]
     hints = [_fails(check, *args).hint for check, args in cases]
     assert len(set(hints)) == len(hints), [h for h in hints if hints.count(h) > 1]

@@ -203,29 +203,17 @@ def _exhaustive(rng: np.random.Generator, chains: int = 6, longest: int = 6) -> 
     return True
 
 
-def least_ops_budget(costs: Any) -> int:
-    """The least budget optimal_ops finds a schedule for, by bisection (fitting is monotone in the budget)."""
-    from labkit.planners import persistent as P
-
-    low, high = 0, P.simulate(P.store_all(costs.n), costs)[0]
-    while low < high:
-        mid = (low + high) // 2
-        low, high = (low, mid) if P.optimal_ops(costs, mid) is not None else (mid + 1, high)
-    return low
-
-
-def optimal(size: Sizes | None = None) -> dict[str, Any]:
-    """The optimal persistent schedule on lab 03's heterogeneous chain: run at a sweep of budgets from the least
-    that fits to storing everything, beside √n segments, the recursion and the one-level planner run as ops by
-    the same executor; held against Revolve and exhaustive search; its solve time on the lab's longest chain."""
+def optimal_rows(chain: nn.Sequential, x: torch.Tensor, repeats: int = 3) -> dict[str, Any]:
+    """Lab 03's recursion, √n segments (k = 2, √n, n/2) and the one-level planner (four budgets) as ops, and the
+    optimal persistent schedule at six budgets from the least that fits to storing everything and at each of
+    theirs' peak, each run by run_ops: its measured and predicted peaks, its forward cost (in forward passes,
+    from the profile's per-layer seconds) and whether its gradients are the plain chain's, bitwise; and
+    whether the optimum at every other schedule's peak costs no more than it."""
     import labkit.labs.sqrt_n as S
     from labkit.planners import persistent as P
 
-    size = size or sizes()
-    n = max(size.chain_layers) // 2
-    chain, x = hetero_chain(size, n)
-    layers = list(chain)
-    costs = P.profile_ops(chain, x, repeats=size.repeats)
+    layers, n = list(chain), len(chain)
+    costs = P.profile_ops(chain, x, repeats=repeats)
     chain_costs = S.profile_chain(chain, x)
     chain.zero_grad(set_to_none=True)
     x.grad = None
@@ -242,30 +230,46 @@ def optimal(size: Sizes | None = None) -> dict[str, Any]:
         return {"name": name, "budget": budget, "predicted_peak": predicted, "measured_peak": measured,
                 "forward_cost": round(cost / sum(costs.fwd), 4), "bitwise": bitwise, "cost": cost}
 
-    recursive_peak = activation_peak(chain, x, lambda ls, h: S.checkpoint_recursive(ls, h))
-    least = least_ops_budget(costs)
-    top = P.simulate(P.store_all(n), costs)[0]
-    budgets = sorted({least + (top - least) * k // 5 for k in range(6)})
-    rows = [run("optimal", P.optimal_ops(costs, b), b) for b in budgets]
-    rows.append(run("recursive", P.recursive_ops(n)))
-    rows += [run(f"sqrt_n k={k}", P.segments_ops(S.uniform_schedule(n, k), n)) for k in (2, round(math.sqrt(n)), n // 2)]
+    rows = [run("recursive", P.recursive_ops(n))]
+    rows += [run(f"sqrt_n k={k}", P.segments_ops(S.uniform_schedule(n, k), n))
+             for k in (2, round(math.sqrt(n)), n // 2)]
     low, high = S.least_budget(chain_costs), S.peak_of([S.Segment(0, n, False)], chain_costs)
-    for b in sorted({low + (high - low) * k // 3 for k in range(4)}):
-        rows.append(run("one-level planner", P.segments_ops(S.schedule_for(chain_costs, b), n)))
-    # the optimum at each other schedule's measured peak costs no more than it (the costs unrounded)
-    bounded = all(P.simulate(P.optimal_ops(costs, r["measured_peak"]), costs)[1] <= r.pop("cost") * (1 + 1e-12)
-                  for r in rows if r["name"] != "optimal")
+    rows += [run("one-level planner", P.segments_ops(S.schedule_for(chain_costs, b), n))
+             for b in sorted({low + (high - low) * k // 3 for k in range(4)})]
+    # the optimum at six budgets from the least to storing everything, and at each other schedule's peak
+    least = P.least_budget(costs)
+    top = P.simulate(P.store_all(n), costs)[0]
+    budgets = {least + (top - least) * k // 5 for k in range(6)} | {r["measured_peak"] for r in rows}
+    mine = {b: run("optimal", P.optimal_ops(costs, b), b) for b in sorted(budgets)}
+    bounded = all(mine[r["measured_peak"]]["cost"] <= r["cost"] * (1 + 1e-12) for r in rows)
+    rows = [*mine.values(), *rows]
     for r in rows:
-        r.pop("cost", None)
+        del r["cost"]
+    return {"least_budget": least, "optimal_bounds_the_others": bounded, "rows": rows}
+
+
+def optimal(size: Sizes | None = None) -> dict[str, Any]:
+    """The optimal persistent schedule on lab 03's heterogeneous chain: run at a sweep of budgets from the least
+    that fits to storing everything, beside √n segments, the recursion and the one-level planner run as ops by
+    the same executor; held against Revolve and exhaustive search; its solve time on the lab's longest chain."""
+    import labkit.labs.sqrt_n as S
+    from labkit.planners import persistent as P
+
+    size = size or sizes()
+    n = max(size.chain_layers) // 2
+    chain, x = hetero_chain(size, n)
+    recursive_peak = activation_peak(chain, x, lambda ls, h: S.checkpoint_recursive(ls, h))
+    found = optimal_rows(chain, x, size.repeats)
+    rows = found["rows"]
     long_chain, long_x = mlp_chain(size, max(size.chain_layers))
     long_costs = P.profile_ops(nn.Sequential(*long_chain.layers), long_x, repeats=1)
     long_top = P.simulate(P.store_all(long_costs.n), long_costs)[0]
     start = time.perf_counter()
     P.optimal_ops(long_costs, long_top // 3)
     solve = time.perf_counter() - start
-    return {"n_layers": n, "recursive_peak": recursive_peak, "least_budget": least,
-            "least_budget_at_most_recursive_peak": least <= recursive_peak,
+    return {"n_layers": n, "recursive_peak": recursive_peak, "least_budget": found["least_budget"],
+            "least_budget_at_most_recursive_peak": found["least_budget"] <= recursive_peak,
             "exact": all(r["measured_peak"] == r["predicted_peak"] for r in rows),
-            "bitwise": all(r["bitwise"] for r in rows), "optimal_bounds_the_others": bounded,
+            "bitwise": all(r["bitwise"] for r in rows), "optimal_bounds_the_others": found["optimal_bounds_the_others"],
             "matches_exhaustive": _exhaustive(np.random.default_rng(0)), **_revolve_rows(),
             "solve_seconds_n64": round(solve, 3), "n_long": long_costs.n, "rows": rows}

@@ -9,10 +9,11 @@ its forward seconds), `simulate` says what a list of ops will peak at and cost, 
 them, and `optimal_ops` is the dynamic program over (first layer, last layer, memory) that finds the ops with
 the least forward cost whose simulated peak fits a budget.
 
-Staged here for issue 30 (lab 03's Exercise 3.5 will be the dynamic program, `optimal_tables`, and move to the
-lab, imported through labkit.labs as the advisor's rule is): tests/test_persistent.py holds the executor's
-measured peak to the simulated one to the byte and its gradients bitwise to the plain chain's, and the
-dynamic program to exhaustive search over every persistent schedule of short chains, simulated.
+The dynamic program's recurrence, `optimal_tables`, is lab 03's Exercise 3.5: it is imported through
+labkit.labs (docs/design.md, "The package"), and this module does the rest (the units, the schedule read back
+from the tables). tests/test_persistent.py holds the executor's measured peak to the simulated one to the
+byte and its gradients bitwise to the plain chain's, and the dynamic program to exhaustive search over every
+persistent schedule of short chains, simulated.
 """
 from __future__ import annotations
 
@@ -328,57 +329,12 @@ def _op_units(costs: OpCosts, budget: int, most: int = 2048) -> dict:
             "t": up(c.t_over), "b": up(c.b_over), "loss": -(-c.loss // unit)}
 
 
-def optimal_tables(costs: OpCosts, u: dict) -> tuple[np.ndarray, np.ndarray, int]:
-    """best[s, e, pad + m]: the least forward cost of back-propagating layers [s, e), x[s] kept and the
-    gradient of x[e] present, in m units besides them; how[s, e, m]: -1 (none fits), 0 (tape layer s first)
-    or s' (run forward to x[s'] without a graph and keep it). m runs over 0 .. top + max(x) (a subproblem
-    after a split can be given more than its parent); each row of best has `pad` columns of inf before it (a
-    negative m) and `pad` copies of its last value after it (more memory never costs more), so that a shifted
-    row is one gather."""
-    n, fwd = costs.n, np.asarray(costs.fwd, dtype=float)
-    x, g, tape, f, t, b = u["x"], u["grad"], u["tape"], u["f"], u["t"], u["b"]
-    width = u["top"] + int(x.max()) + 1
-    pad = int(max(x.max() + tape.max(), g.max() + x.max() + u["loss"])) + 1
-    m = np.arange(width)
-    row = width + 2 * pad
-    best = np.full((n + 1) * (n + 1) * row, np.inf)  # flat: row (s, e) starts at ((n + 1) * s + e) * row
-    how = np.full((n + 1, n + 1, width), -1, dtype=np.int16)
-    start = lambda s, e: ((n + 1) * s + e) * row + pad  # noqa: E731  (where m = 0 of row (s, e) is)
-
-    for length in range(1, n + 1):
-        for s in range(0, n - length + 1):
-            e = s + length
-            freed = int(u["grad_down"][e]) if e < n else -int(x[n])  # what the end of [s, e) lets go
-            # a subproblem ending at the chain's end starts in forward, before the loss exists; its backwards
-            # and what runs after them have the loss and its gradient besides
-            late = u["loss"] if e == n else 0
-            # tape layer s, back-propagate [s+1, e), then layer s
-            fits = (m >= t[s]) & (m >= x[s + 1] + tape[s] + b[s] + late + (g[s + 1] - freed if length > 1 else 0))
-            rest = best[start(s + 1, e) - tape[s] - x[s + 1] + m] if length > 1 else 0.0
-            cost = np.where(fits, fwd[s] + rest, np.inf)
-            choice = np.where(np.isfinite(cost), 0, -1)
-            if length > 1:  # or forward to x[split] without a graph, keep it, do [split, e), then [s, split)
-                splits = np.arange(s + 1, e)
-                js = splits - 1
-                need = np.maximum.accumulate(np.where(js > s, x[js], 0) + f[js])
-                run = np.cumsum(fwd[js])
-                right = best[(start(splits, e) - x[splits])[:, None] + m]
-                left = best[(start(s, splits) + freed - late - g[splits])[:, None] + m]
-                other = right + left + run[:, None]
-                other[m[None, :] < need[:, None]] = np.inf
-                k = np.argmin(other, axis=0)
-                lowest = other[k, m]
-                better = lowest < cost
-                cost[better], choice[better] = lowest[better], splits[k[better]]
-            at = start(s, e)
-            best[at:at + width], best[at + width:at + width + pad] = cost, cost[-1]
-            how[s, e] = choice
-    return best, how, start(0, n)
-
-
-def optimal_ops(costs: OpCosts, budget: int) -> list[Op] | None:
+def optimal_ops(costs: OpCosts, budget: int, tables: Callable | None = None) -> list[Op] | None:
     """The persistent schedule with the least forward cost whose simulated peak is at most `budget`, or None
-    if none fits (Beaumont et al.'s dynamic program over first layer, last layer and memory)."""
+    if none fits: Beaumont et al.'s dynamic program over first layer, last layer and memory, filled by
+    `tables` (lab 03's Exercise 3.5, optimal_tables, unless given)."""
+    if tables is None:
+        from labkit.labs.sqrt_n import optimal_tables as tables
     if isinstance(budget, bool) or not isinstance(budget, int):
         raise TypeError(f"optimal_ops: budget must be an int of bytes, got {type(budget).__name__}")
     if simulate(store_all(costs.n), costs)[0] <= budget:  # one forward pass, the least any schedule runs
@@ -387,7 +343,7 @@ def optimal_ops(costs: OpCosts, budget: int) -> list[Op] | None:
     if u["top"] < 0:
         return None
     top, u["top"] = u["top"], u["top"] + SLACK
-    best, how, root = optimal_tables(costs, u)
+    best, how, root = tables(costs, u)
     # the rounding is on the safe side, so the ops at `top` units fit; a few units more may still fit the
     # budget exactly (the bytes a rounding added were never there): the most that does, simulated, is best
     for m in range(top + SLACK, top - 1, -1):
@@ -396,6 +352,18 @@ def optimal_ops(costs: OpCosts, budget: int) -> list[Op] | None:
             if m == top or simulate(ops, costs)[0] <= budget:
                 return ops
     return None
+
+
+def least_budget(costs: OpCosts, tables: Callable | None = None) -> int:
+    """The least budget optimal_ops finds a schedule for, to the unit it counts in: the tables filled once at
+    storing everything's peak give the least memory any schedule needs, and that schedule's simulated peak is
+    returned."""
+    if tables is None:
+        from labkit.labs.sqrt_n import optimal_tables as tables
+    u = _op_units(costs, simulate(store_all(costs.n), costs)[0])
+    best, how, root = tables(costs, u)
+    least = int(np.argmax(np.isfinite(best[root:root + u["top"] + 1])))
+    return simulate(_rebuild(how, u, 0, costs.n, least, costs.n), costs)[0]
 
 
 def _rebuild(how: np.ndarray, u: dict, s: int, e: int, m: int, n: int) -> list[Op]:

@@ -85,7 +85,7 @@ def checkpoint_recursive(layers: Sequence[Callable[[torch.Tensor], torch.Tensor]
     return checkpoint_recursive(layers[mid:], x, checkpoint)
 
 
-# Given, section "Exercise 3.4: the optimal schedule for layers that differ"  (solutions/03_sqrt_n.ipynb, cell c025)
+# Given, section "Exercise 3.4: the best one-level schedule for layers that differ"  (solutions/03_sqrt_n.ipynb, cell c025)
 @dataclass(frozen=True)
 class Segment:
     """Layers [start, stop) of a chain, either kept whole (stored) or checkpointed (recomputed in backward)."""
@@ -149,7 +149,7 @@ def run_schedule(layers: Sequence[Callable[[torch.Tensor], torch.Tensor]], x: to
     return x
 
 
-# Exercise 3.4: the optimal schedule for layers that differ  (solutions/03_sqrt_n.ipynb, cell c026)
+# Exercise 3.4: the best one-level schedule for layers that differ  (solutions/03_sqrt_n.ipynb, cell c026)
 def _slots(costs: ChainCosts, most: int = 4096) -> tuple[int, list[int], list[int]]:
     """The unit the planner counts bytes in, and act and inp in it: their common divisor, or, when the chain
     would need more than `most` units, total/most. Rounded up (never optimistic) and fixed per chain, so a
@@ -230,7 +230,7 @@ def schedule_for(costs: ChainCosts, budget: int) -> list[Segment]:
     return schedule
 
 
-# Given, section "Exercise 3.4: the optimal schedule for layers that differ"  (solutions/03_sqrt_n.ipynb, cell c028)
+# Given, section "Exercise 3.4: the best one-level schedule for layers that differ"  (solutions/03_sqrt_n.ipynb, cell c028)
 def profile_chain(chain: torch.nn.Sequential, x: torch.Tensor) -> ChainCosts:
     """What the planner needs, measured: each layer's bytes from the ledger and its FLOPs from FlopCounterMode.
 
@@ -260,3 +260,55 @@ def profile_chain(chain: torch.nn.Sequential, x: torch.Tensor) -> ChainCosts:
         raise ValueError(f"profile_chain: layer {short[0]} keeps {act[short[0]]:,} B, less than its input "
                          f"({inp[short[0]]:,} B): the planner's model needs layers that keep their own input")
     return ChainCosts(act, inp, fwd, extra=3 * max(inp) + max(grads) + 2 * x.element_size())
+
+
+# Exercise 3.5: the optimal persistent schedule  (solutions/03_sqrt_n.ipynb, cell c032b)
+def optimal_tables(costs, u: dict) -> tuple[np.ndarray, np.ndarray, int]:
+    """The dynamic program's tables for lk.planners.persistent.optimal_ops. costs: an OpCosts (costs.n layers,
+    costs.fwd); u: its amounts in units (x, grad, tape, f, t, b: arrays; grad_down: grad rounded down; loss;
+    top: the budget). best[start(s, e) + m]: the least forward cost of layers [s, e) with x[s] kept and the
+    gradient of x[e] present, in m units besides them (inf: nothing fits); how[s, e, m]: -1 (nothing fits),
+    0 (tape layer s first) or s' (forward to x[s'] without a graph, keep it). Returns (best, how, start(0, n)).
+
+    Each row of best is flat, with `pad` columns of inf before it (a negative m) and `pad` copies of its last
+    value after it (more memory never costs more), so that best[start(s, e) + m + shift] is row (s, e) at
+    m + shift for every m at once (a shift of up to pad either way)."""
+    n, fwd = costs.n, np.asarray(costs.fwd, dtype=float)
+    x, g, tape, f, t, b = u["x"], u["grad"], u["tape"], u["f"], u["t"], u["b"]
+    width = u["top"] + int(x.max()) + 1  # a subproblem after a split can be given more than its parent
+    pad = int(max(x.max() + tape.max(), g.max() + x.max() + u["loss"])) + 1
+    m = np.arange(width)
+    row = width + 2 * pad
+    best = np.full((n + 1) * (n + 1) * row, np.inf)
+    how = np.full((n + 1, n + 1, width), -1, dtype=np.int16)
+    start = lambda s, e: ((n + 1) * s + e) * row + pad  # noqa: E731  (where m = 0 of row (s, e) is)
+
+    for length in range(1, n + 1):
+        for s in range(0, n - length + 1):
+            e = s + length
+            freed = int(u["grad_down"][e]) if e < n else -int(x[n])  # what the end of [s, e) lets go
+            # a subproblem ending at the chain's end starts in forward, before the loss exists; its backwards,
+            # and what runs after them, have the loss and its gradient besides
+            late = u["loss"] if e == n else 0
+            # 1. tape layer s, do [s+1, e), then B s: T fits, and B with everything it has alive
+            fits = (m >= t[s]) & (m >= x[s + 1] + tape[s] + b[s] + late + (g[s + 1] - freed if length > 1 else 0))
+            rest = best[start(s + 1, e) - tape[s] - x[s + 1] + m] if length > 1 else 0.0
+            cost = np.where(fits, fwd[s] + rest, np.inf)
+            choice = np.where(np.isfinite(cost), 0, -1)
+            if length > 1:  # 2. forward to x[split] without a graph, keep it, do [split, e), then [s, split)
+                splits = np.arange(s + 1, e)
+                js = splits - 1
+                need = np.maximum.accumulate(np.where(js > s, x[js], 0) + f[js])  # the F run's largest moment
+                run = np.cumsum(fwd[js])
+                right = best[(start(splits, e) - x[splits])[:, None] + m]
+                left = best[(start(s, splits) + freed - late - g[splits])[:, None] + m]
+                other = right + left + run[:, None]
+                other[m[None, :] < need[:, None]] = np.inf
+                k = np.argmin(other, axis=0)
+                lowest = other[k, m]
+                better = lowest < cost
+                cost[better], choice[better] = lowest[better], splits[k[better]]
+            at = start(s, e)
+            best[at:at + width], best[at + width:at + width + pad] = cost, cost[-1]
+            how[s, e] = choice
+    return best, how, start(0, n)

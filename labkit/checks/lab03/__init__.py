@@ -7,10 +7,12 @@ compare gradients bit for bit with the plain chain. The planner is held
 against exhaustive search on short chains; the model against its formula.
 
   hints.py  one hint per mistake   common.py  the chain, calling student code
-  segments.py  3.1, 3.2   recursive.py  3.3   planner.py  3.4
+  segments.py  3.1, 3.2   recursive.py  3.3   planner.py  3.4   optimal.py  3.5 (against exhaustive search
+  over every persistent schedule, simulated by the checker's own code)
 """
+from labkit.checks.lab03.optimal import ex_3_5
 from labkit.checks.lab03.planner import ex_3_4
 from labkit.checks.lab03.recursive import ex_3_3
 from labkit.checks.lab03.segments import ex_3_1, ex_3_2
 
-__all__ = ["ex_3_1", "ex_3_2", "ex_3_3", "ex_3_4"]
+__all__ = ["ex_3_1", "ex_3_2", "ex_3_3", "ex_3_4", "ex_3_5"]

@@ -48,3 +48,15 @@ PLAN_OPTIMAL = ("the schedule fits but recomputes more than the best one: consid
                 "recomputed segment starting at i, and storing layers too, keeping the least cost for each "
                 "amount of kept memory")
 PLAN_COVER = "the segments must cover the chain in order: Segment(0, ..), then each starting where the last stopped"
+
+# ---------------------------------------------------------------- Exercise 3.5: the optimal persistent schedule
+OPT_SPEC = ("optimal_tables(costs, u) fills the given tables and returns (best, how, start(0, n)) as the given code "
+            "does; write only the two ways of each (s, e), as numpy rows over every m")
+OPT_FITS = ("a way may be taken only where everything it has alive fits in m: T s (t[s]), B s after it (its output, "
+            "its graph, the gradient arriving and b[s], and the loss at the chain's end), each F of the run "
+            "(its input and f[j])")
+OPT_OPTIMAL = ("the least cost is lower than yours: consider both ways at every (s, e) and every split s' between, "
+               "and give each part the memory it has: m - tape[s] - x[s+1] after a tape, m - x[s'] for [s', e), "
+               "m + freed - late - grad[s'] for [s, s') afterwards")
+OPT_HOW = ("how[s, e, m] must say the way whose cost best keeps: 0 for a tape, the split s' for a forward run, "
+           "-1 where nothing fits")
