@@ -261,6 +261,11 @@ def optimal(size: Sizes | None = None) -> dict[str, Any]:
     recursive_peak = activation_peak(chain, x, lambda ls, h: S.checkpoint_recursive(ls, h))
     found = optimal_rows(chain, x, size.repeats)
     rows = found["rows"]
+    # what counting memory in 2048 units costs: the optimum at the sweep's budgets, against 4 times finer
+    costs = P.profile_ops(chain, x, repeats=size.repeats)
+    sweep = sorted(r["budget"] for r in rows if r["name"] == "optimal")[::3]
+    ratios = [P.simulate(P.optimal_ops(costs, b), costs)[1] / P.simulate(P.optimal_ops(costs, b, most=8192), costs)[1]
+              for b in sweep]
     long_chain, long_x = mlp_chain(size, max(size.chain_layers))
     long_costs = P.profile_ops(nn.Sequential(*long_chain.layers), long_x, repeats=1)
     long_top = P.simulate(P.store_all(long_costs.n), long_costs)[0]
@@ -272,4 +277,5 @@ def optimal(size: Sizes | None = None) -> dict[str, Any]:
             "exact": all(r["measured_peak"] == r["predicted_peak"] for r in rows),
             "bitwise": all(r["bitwise"] for r in rows), "optimal_bounds_the_others": found["optimal_bounds_the_others"],
             "matches_exhaustive": _exhaustive(np.random.default_rng(0)), **_revolve_rows(),
-            "solve_seconds_n64": round(solve, 3), "n_long": long_costs.n, "rows": rows}
+            "solve_seconds_n64": round(solve, 3), "n_long": long_costs.n,
+            "units": 2048, "cost_against_8192_units_max": round(max(ratios), 4), "rows": rows}

@@ -329,17 +329,18 @@ def _op_units(costs: OpCosts, budget: int, most: int = 2048) -> dict:
             "t": up(c.t_over), "b": up(c.b_over), "loss": -(-c.loss // unit)}
 
 
-def optimal_ops(costs: OpCosts, budget: int, tables: Callable | None = None) -> list[Op] | None:
+def optimal_ops(costs: OpCosts, budget: int, tables: Callable | None = None, most: int = 2048) -> list[Op] | None:
     """The persistent schedule with the least forward cost whose simulated peak is at most `budget`, or None
     if none fits: Beaumont et al.'s dynamic program over first layer, last layer and memory, filled by
-    `tables` (lab 03's Exercise 3.5, optimal_tables, unless given)."""
+    `tables` (lab 03's Exercise 3.5, optimal_tables, unless given), memory counted in at most about `most`
+    units (_op_units)."""
     if tables is None:
         from labkit.labs.sqrt_n import optimal_tables as tables
     if isinstance(budget, bool) or not isinstance(budget, int):
         raise TypeError(f"optimal_ops: budget must be an int of bytes, got {type(budget).__name__}")
     if simulate(store_all(costs.n), costs)[0] <= budget:  # one forward pass, the least any schedule runs
         return store_all(costs.n)
-    u = _op_units(costs, budget)
+    u = _op_units(costs, budget, most)
     if u["top"] < 0:
         return None
     top, u["top"] = u["top"], u["top"] + SLACK
