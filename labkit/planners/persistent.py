@@ -76,8 +76,10 @@ class OpCosts:
 
 
 def simulate(ops: Sequence[Op], costs: OpCosts) -> tuple[int, float]:
-    """(peak bytes above the chain's input, forward cost) of running `ops` in a step `run_ops(...).sum()
-    .backward()`, exactly as run_ops holds and lets go of tensors; ValueError on an op that cannot run."""
+    """(peak bytes above the chain's input, forward cost) of running `ops` in a step that holds the output
+    until its backward ends (`out = run_ops(...); out.sum().backward()`, as lk.bench's steps do), exactly as
+    run_ops holds and lets go of tensors; ValueError on an op that cannot run, or would make again an input
+    that exists (two storages where the model counts one)."""
     n, c = costs.n, costs
     live, taped, grads = {0}, set(), {n}  # kept inputs/outputs x[i]; taped layers; gradients present
     peak = cost = 0.0
@@ -97,6 +99,8 @@ def simulate(ops: Sequence[Op], costs: OpCosts) -> tuple[int, float]:
         if op.kind in ("F", "T"):
             if i not in live:
                 raise ValueError(f"simulate: {op!r} needs x[{i}], which is not kept")
+            if i + 1 in live or i in taped:
+                raise ValueError(f"simulate: {op!r} would make x[{i + 1}] again while it exists")
             peak = max(peak, before + (c.f_over[i] if op.kind == "F" else c.t_over[i]))
             cost += c.fwd[i]
             live.add(i + 1)
@@ -118,6 +122,9 @@ def simulate(ops: Sequence[Op], costs: OpCosts) -> tuple[int, float]:
                 grads.discard(i + 1)
             grads.add(i)
         elif op.kind == "del":
+            if i not in live or i in (0, n) or i in taped or i - 1 in taped:
+                raise ValueError(f"simulate: {op!r} lets go of x[{i}], which is not a kept input (or a graph "
+                                 "holds it)")
             live.discard(i)
         else:
             raise ValueError(f"simulate: unknown op kind {op.kind!r}; allowed: F, T, B, del")
@@ -137,7 +144,7 @@ class _RunOps(torch.autograd.Function):
         first = next(k for k, op in enumerate(ops) if op.kind == "B")
         ctx.rest = ops[first:]
         _run(ctx, ops[:first])
-        return ctx.live[len(layers)]
+        return ctx.live.pop(len(layers))  # the caller's: kept here it would make a cycle through ctx
 
     @staticmethod
     def backward(ctx, grad_out):  # noqa: ANN001
@@ -183,7 +190,9 @@ def run_ops(layers: Sequence[torch.nn.Module], x: torch.Tensor, ops: Sequence[Op
             on_op: Callable[[Op, str], None] | None = None) -> torch.Tensor:
     """The chain's output, computed as `ops` say; its backward runs the rest of them. Checked by simulate
     first (an op that cannot run is a ValueError before anything runs). on_op(op, "start" | "end") is called
-    around each op (profile_ops marks the meter's timeline with it)."""
+    around each op (profile_ops marks the meter's timeline with it). A recomputed layer runs again as it is:
+    no random state or autocast is restored (as torch.utils.checkpoint does), so the layers must compute the
+    same each time (lab 03's chains have no dropout)."""
     layers = _chain(layers, "run_ops")
     ops = list(ops)
     if any(not isinstance(op, Op) for op in ops) or not any(op.kind == "B" for op in ops):
@@ -219,8 +228,11 @@ def segments_ops(schedule: Sequence, n: int) -> list[Op]:
         taped = [*(Op("T", i) for i in range(seg.start, seg.stop)),
                  *(Op("B", i) for i in reversed(range(seg.start, seg.stop)))]
         return _split(seg.start, seg.stop, rest(k + 1), taped) if seg.stop < n else taped
-    if [(g.start, g.stop) for g in schedule][:1] != [(0, schedule[0].stop)] or schedule[-1].stop != n:
-        raise ValueError(f"segments_ops: the segments must cover layers 0..{n}, got {schedule}")
+    bounds = [(g.start, g.stop) for g in schedule]
+    if not bounds or bounds[0][0] != 0 or bounds[-1][1] != n or any(
+            a >= b for a, b in bounds) or any(b != c for (_, b), (c, _) in zip(bounds, bounds[1:])):
+        raise ValueError(f"segments_ops: the segments must cover layers 0..{n} in order, each non-empty, got "
+                         f"{list(schedule)}")
     return rest(0)
 
 
@@ -247,7 +259,8 @@ def profile_ops(chain: torch.nn.Sequential, x: torch.Tensor, repeats: int = 3) -
     """OpCosts of `chain` at input `x`, measured: the meter's bytes around each op of two steps (every
     layer run without a graph; every layer taped, then back-propagated), and each layer's median forward
     seconds (no graph). A layer whose bytes the model cannot hold (an F whose output is not one new tensor of
-    its bytes, a gradient not the size of its input) is refused, naming it."""
+    its bytes, a graph that seems to keep less than nothing: its output a view of its input) is refused,
+    naming it."""
     layers = _chain(chain, "profile_ops")
     n = len(layers)
     with torch.no_grad():
@@ -269,8 +282,7 @@ def profile_ops(chain: torch.nn.Sequential, x: torch.Tensor, repeats: int = 3) -
                     top = max([e.live_bytes for e in meter.timeline[start:]], default=before)
                     found[op.kind, op.layer] = (before, max(top, meter.live), meter.live)
             out = run_ops(layers, x, ops, on_op)
-            if ops[0].kind == "T":
-                out.sum().backward()
+            out.sum().backward()
 
     with torch.random.fork_rng(devices=[]):
         for p in chain.parameters():
@@ -295,6 +307,10 @@ def profile_ops(chain: torch.nn.Sequential, x: torch.Tensor, repeats: int = 3) -
         before, top, after = found["T", i]
         t_over.append(top - before)
         tape.append(after - before - sizes[i + 1])
+        if tape[-1] < 0:
+            raise ValueError(f"profile_ops: layer {i} ({type(layers[i]).__name__}) taped leaves {after - before:,} B "
+                             f"more alive, less than its output's {sizes[i + 1]:,} B: its output shares its input's "
+                             "memory (a view), which the model cannot count")
     for i in reversed(range(n)):  # B: the gradient it leaves is what it adds, less what it lets go
         before, top, after = found["B", i]
         b_over.append(top - before)
@@ -324,7 +340,7 @@ def _op_units(costs: OpCosts, budget: int, most: int = 2048) -> dict:
         unit = 1 << (-(-budget // most) - 1).bit_length()
     up = lambda vs: np.array([-(-v // unit) for v in vs], dtype=np.int64)  # noqa: E731
     down = lambda vs: np.array([v // unit for v in vs], dtype=np.int64)  # noqa: E731
-    return {"unit": unit, "top": budget // unit if budget >= 0 else -1, "x": up(c.x), "x_down": down(c.x),
+    return {"unit": unit, "top": budget // unit if budget >= 0 else -1, "x": up(c.x),
             "grad": up(c.grad), "grad_down": down(c.grad), "tape": up(c.tape), "f": up(c.f_over),
             "t": up(c.t_over), "b": up(c.b_over), "loss": -(-c.loss // unit)}
 
@@ -333,7 +349,9 @@ def optimal_ops(costs: OpCosts, budget: int, tables: Callable | None = None, mos
     """The persistent schedule with the least forward cost whose simulated peak is at most `budget`, or None
     if none fits: Beaumont et al.'s dynamic program over first layer, last layer and memory, filled by
     `tables` (lab 03's Exercise 3.5, optimal_tables, unless given), memory counted in at most about `most`
-    units (_op_units)."""
+    units (_op_units: exact with the amounts' common divisor; with a coarser unit, an amount that is not a
+    multiple of it rounds up, and the least cost is the least in those units). The schedule is simulated
+    before it is returned: tables that give one over the budget are a ValueError, never a schedule."""
     if tables is None:
         from labkit.labs.sqrt_n import optimal_tables as tables
     if isinstance(budget, bool) or not isinstance(budget, int):
@@ -350,8 +368,13 @@ def optimal_ops(costs: OpCosts, budget: int, tables: Callable | None = None, mos
     for m in range(top + SLACK, top - 1, -1):
         if np.isfinite(best[root + m]):
             ops = _rebuild(how, u, 0, costs.n, m, costs.n)
-            if m == top or simulate(ops, costs)[0] <= budget:
+            peak = simulate(ops, costs)[0]
+            if peak <= budget:
                 return ops
+            if m == top:
+                raise ValueError(f"optimal_ops: the tables' schedule at {top} units peaks at {peak:,} B, over the "
+                                 f"budget of {budget:,} B: the tables (or the costs: an op's reach must cover "
+                                 "what it leaves alive) are optimistic")
     return None
 
 

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import torch
 
 from labkit.instruments.harness import Difference
@@ -153,6 +154,8 @@ def encode(value: Any, depth: int = 0) -> Any:
         return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
     if isinstance(value, torch.dtype):
         return {"dtype": str(value).removeprefix("torch.")}
+    if type(value) is np.ndarray and value.dtype != object:  # a numpy array comes back as a tensor
+        return encode(torch.from_numpy(np.ascontiguousarray(value)), depth)
     if type(value) is torch.Tensor:
         t = value.detach().to("cpu").contiguous()
         flat = t.reshape(-1)
