@@ -270,6 +270,11 @@ def test_the_wire_rebuilds_data_and_the_kit_s_dataclasses_and_runs_nothing():
     assert torch.equal(back[10], value[10]) and torch.equal(back[11], value[11])
     assert back[12] == value[12] and (back[13].start, back[13].stop) == (1, 2) and isinstance(back[13], wire.Record)
     assert isinstance(back[14], wire.Opaque) and back[14].type_name == "Evil" and back[15] == 2**70
+    import numpy as np  # a numpy array (lab 03's tables) comes back as a tensor of its dtype and values
+    table = np.array([[1.0, np.inf], [0.5, -2.0]])[:, ::-1]
+    for array in (table, np.arange(6, dtype=np.int16).reshape(2, 3)):
+        got = wire.decode(json.loads(json.dumps(wire.encode(array))))
+        assert isinstance(got, torch.Tensor) and np.array_equal(np.asarray(got), array) and got.numpy().dtype == array.dtype
 
 
 @pytest.mark.parametrize("data", [
