@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.bench.lab03 import activation_peak, hetero_chain
+from labkit.bench.lab03 import activation_peak, drawn_op_costs, hetero_chain
 from labkit.env.profile import sizes
 from labkit.models import layer_chain
 from labkit.planners import persistent as P
@@ -65,20 +65,11 @@ def _all(n: int) -> list:
     return list(P.all_schedules(n))
 
 
-def _drawn(rng, n: int) -> P.OpCosts:
-    x = [int(v) for v in rng.integers(1, 4, n + 1)]
-    draw = lambda low, k: [low[i] + int(v) for i, v in enumerate(rng.integers(0, 3, k))]  # noqa: E731
-    grad = [int(v) for v in rng.integers(1, 5, n)] + [1]  # a gradient's bytes apart from its tensor's
-    return P.OpCosts(x, grad, [int(v) for v in rng.integers(0, 3, n)], draw(x[1:], n),
-                     [v + int(w) for v, w in zip(x[1:], rng.integers(0, 7, n))], draw(grad[:n], n),
-                     [float(v) for v in rng.integers(1, 6, n)], int(rng.integers(0, 3)))
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_the_dynamic_program_equals_exhaustive_search_over_persistent_schedules(seed):
     rng = np.random.default_rng(seed)
     for n in (1, 2, 3, 4, 5, 6) if seed < 5 else (7,):
-        costs = _drawn(rng, n)
+        costs = drawn_op_costs(rng, n)
         simulated = [P.simulate(ops, costs) for ops in _all(n)]
         for budget in sorted({peak for peak, _ in simulated}) + [0]:
             fits = [cost for peak, cost in simulated if peak <= budget]

@@ -188,16 +188,26 @@ def _revolve_rows() -> dict[str, Any]:
             "at_most_binomial_revolve": under == cases}
 
 
+def drawn_op_costs(rng: np.random.Generator, n: int) -> Any:
+    """Made-up OpCosts of n layers with small integer bytes (a gradient's apart from its tensor's), for
+    exhaustive search."""
+    from labkit.planners import persistent as P
+
+    x = [int(v) for v in rng.integers(1, 4, n + 1)]
+    draw = lambda low, k: [low[i] + int(v) for i, v in enumerate(rng.integers(0, 3, k))]  # noqa: E731
+    grad = [int(v) for v in rng.integers(1, 5, n)] + [1]
+    return P.OpCosts(x, grad, [int(v) for v in rng.integers(0, 3, n)], draw(x[1:], n),
+                     [v + int(w) for v, w in zip(x[1:], rng.integers(0, 7, n))], draw(grad[:n], n),
+                     [float(v) for v in rng.integers(1, 6, n)], int(rng.integers(0, 3)))
+
+
 def _exhaustive(rng: np.random.Generator, chains: int = 6, longest: int = 6) -> bool:
     """optimal_ops against the best of every persistent schedule, simulated, on drawn chains, at every budget."""
     from labkit.planners import persistent as P
 
     for _ in range(chains):
         n = int(rng.integers(1, longest + 1))
-        x = [int(v) for v in rng.integers(1, 4, n + 1)]
-        more = lambda base: [b + int(v) for b, v in zip(base, rng.integers(0, 3, n))]  # noqa: E731
-        costs = P.OpCosts(x, x[:n] + [1], [int(v) for v in rng.integers(0, 3, n)], more(x[1:]), more(x[1:]),
-                          more(x[:n]), [float(v) for v in rng.integers(1, 6, n)], int(rng.integers(0, 3)))
+        costs = drawn_op_costs(rng, n)
         simulated = [P.simulate(ops, costs) for ops in P.all_schedules(n)]
         for budget in sorted({peak for peak, _ in simulated}):
             ops = P.optimal_ops(costs, budget)
@@ -212,7 +222,7 @@ def optimal_rows(chain: nn.Sequential, x: torch.Tensor, repeats: int = 3) -> dic
     optimal persistent schedule at six budgets from the least that fits to storing everything and at each of
     theirs' peak, each run by run_ops: its measured and predicted peaks, its forward cost (in forward passes,
     from the profile's per-layer seconds) and whether its gradients are the plain chain's, bitwise; and
-    whether the optimum at every other schedule's peak costs no more than it."""
+    whether the optimum at every other schedule's peak costs no more than it; and the profile (`costs`)."""
     import labkit.labs.sqrt_n as S
     from labkit.planners import persistent as P
 
@@ -249,7 +259,7 @@ def optimal_rows(chain: nn.Sequential, x: torch.Tensor, repeats: int = 3) -> dic
     rows = [*mine.values(), *rows]
     for r in rows:
         del r["cost"]
-    return {"least_budget": least, "optimal_bounds_the_others": bounded, "rows": rows}
+    return {"least_budget": least, "optimal_bounds_the_others": bounded, "rows": rows, "costs": costs}
 
 
 def optimal(size: Sizes | None = None) -> dict[str, Any]:
@@ -264,9 +274,8 @@ def optimal(size: Sizes | None = None) -> dict[str, Any]:
     chain, x = hetero_chain(size, n)
     recursive_peak = activation_peak(chain, x, lambda ls, h: S.checkpoint_recursive(ls, h))
     found = optimal_rows(chain, x, size.repeats)
-    rows = found["rows"]
+    rows, costs = found["rows"], found.pop("costs")
     # what counting memory in 2048 units costs: the optimum at the sweep's budgets, against 4 times finer
-    costs = P.profile_ops(chain, x, repeats=size.repeats)
     sweep = sorted(r["budget"] for r in rows if r["name"] == "optimal")[::3]
     ratios = [P.simulate(P.optimal_ops(costs, b), costs)[1] / P.simulate(P.optimal_ops(costs, b, most=8192), costs)[1]
               for b in sweep]
