@@ -47,6 +47,13 @@ def test_optimal_bench_bars(monkeypatch):
     assert costs == sorted(costs, reverse=True) and costs[-1] == 1.0
 
 
+def test_revolve_rows_on_a_small_grid():
+    pytest.importorskip("checkpoint_schedules", reason="checkpoint-schedules is not installed")
+    rows = lab03._revolve_rows(longest=10, most=3)
+    assert rows == {"revolve_cases": 27, "matches_revolve": True, "mixed_within_bounds": True,
+                    "mixed_equal": rows["mixed_equal"]} and 0 <= rows["mixed_equal"] < 27
+
+
 def test_u_curves_and_schedule_figures():
     sweep = lab03.segments_sweep(lambda ls, h, k, c: h, lambda n, k, **c: 1, lambda f, h: f(h), lk.sizes("tiny"), 4,
                                  [1, 2], progress=False, timed=[2])

@@ -134,15 +134,41 @@ def test_bad_input_is_refused_by_name():
         P.simulate([P.Op("T", 0)], costs)
 
 
-def test_held_against_revolve_on_uniform_chains():
+def test_equals_revolve_on_uniform_chains():
+    """Reduced to Revolve's model (revolve_model: a kept state one unit, one taped step at a time beside the
+    slots), the optimum's forward steps are binomial Revolve's least (Griewank and Walther; checkpoint_schedules'
+    optimal_steps_binomial, computed apart from the kit) for every n <= 64 and s = 1..8 slots, and the schedule
+    it returns holds one tape at a time."""
+    binomial = pytest.importorskip("checkpoint_schedules.multistage",
+                                   reason="checkpoint-schedules is not installed").optimal_steps_binomial
+    for n in range(1, 65):
+        for s in range(1, 9):
+            costs, budget = P.revolve_model(n, s)
+            ops = P.optimal_ops(costs, budget)
+            peak, forwards = P.simulate(ops, costs)
+            assert peak <= budget and forwards == (1 if n == 1 else binomial(n, min(s, n - 1))), (n, s)
+            taped = 0
+            for op in ops:
+                taped += (op.kind == "T") - (op.kind == "B")
+                assert taped <= 1, (n, s, ops)
+    # one unit less and the same chain needs one slot less: Revolve's count with s - 1
+    costs, budget = P.revolve_model(20, 3)
+    assert P.simulate(P.optimal_ops(costs, budget - 1), costs)[1] > binomial(20, 3)
+
+
+def test_revolve_model_refuses_what_is_no_chain_or_no_slot():
+    for n, s in ((0, 1), (3, 0), (True, 2), (3, 1.5)):
+        with pytest.raises(ValueError, match="n and slots must be ints >= 1"):
+            P.revolve_model(n, s)
+
+
+def test_held_against_the_mixed_schedules_on_uniform_chains():
     """The mixed schedules of Maddison (2024; checkpoint_schedules' optimal_steps_mixed), Revolve's model with
     a layer's backward dependencies storable too: s slots, each a layer's checkpoint or its dependencies, and
     the state being advanced held for free. This model reduced to it (a kept input and a taped layer's output
     one unit each, gradients and overheads nothing): with s + 1 units, one of them the state being advanced,
     the optimum's forward steps lie between the mixed optimum's with s + 1 slots and with s, for every n <= 64
-    and s = 1..8 (the free state is what keeps them from equal); and never above binomial Revolve's with s
-    (Griewank and Walther's count, optimal_steps_binomial), a subset of the mixed schedules."""
-    binomial = pytest.importorskip("checkpoint_schedules.multistage").optimal_steps_binomial
+    and s = 1..8 (the free state is what keeps them from equal)."""
     mixed = pytest.importorskip("checkpoint_schedules.mixed", reason="checkpoint-schedules is not installed")
     steps = lambda n, s: n if s >= n - 1 else mixed.optimal_steps_mixed(n, s)  # noqa: E731
     for n in range(2, 65):
@@ -150,7 +176,6 @@ def test_held_against_revolve_on_uniform_chains():
         for s in range(1, 9):
             forwards = P.simulate(P.optimal_ops(costs, s + 1), costs)[1]
             assert steps(n, s + 1) <= forwards <= steps(n, s), (n, s)
-            assert forwards <= binomial(n, min(s, n - 1)), (n, s)
-    # at s = n - 1 slots every layer is taped once: Revolve and the optimum both run n forwards
+    # at s = n - 1 slots every layer is taped once: the mixed schedules and the optimum both run n forwards
     assert P.simulate(P.optimal_ops(P.OpCosts([1] * 9 + [0], [0] * 10, *([[0] * 9] * 4), [1.0] * 9), 8),
                       P.OpCosts([1] * 9 + [0], [0] * 10, *([[0] * 9] * 4), [1.0] * 9))[1] == 9 == steps(9, 8)

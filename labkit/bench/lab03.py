@@ -164,10 +164,11 @@ def schedule(size: Sizes | None = None) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ optimal
-def _revolve_rows() -> dict[str, Any]:
-    """The optimum reduced to Revolve's model (a kept input and a taped output one unit, s + 1 units, one of
-    them the state being advanced), for n <= 64, s = 1..8, against checkpoint_schedules' counts: Maddison's
-    mixed schedules with s and s + 1 slots (the state free there) and binomial Revolve's with s."""
+def _revolve_rows(longest: int = 64, most: int = 8) -> dict[str, Any]:
+    """The optimum on uniform chains, n <= longest and s = 1..most, against checkpoint_schedules' counts: reduced to
+    Revolve's model (revolve_model), equal to binomial Revolve's with s slots; reduced to the mixed schedules'
+    (a kept input and a taped output one unit, s + 1 units, one of them the state being advanced), between
+    Maddison's mixed schedules' with s + 1 and with s slots (the state free there)."""
     from labkit.planners import persistent as P
     try:
         from checkpoint_schedules.mixed import optimal_steps_mixed
@@ -175,17 +176,19 @@ def _revolve_rows() -> dict[str, Any]:
     except ImportError:
         return {"revolve": "checkpoint-schedules is not installed (pip install checkpoint-schedules)"}
     mixed = lambda n, s: n if s >= n - 1 else optimal_steps_mixed(n, s)  # noqa: E731
-    equal = within = under = cases = 0
-    for n in range(2, 65):
+    equal = within = revolve = cases = 0
+    for n in range(2, longest + 1):
         costs = P.OpCosts([1] * n + [0], [0] * (n + 1), *([[0] * n] * 4), [1.0] * n)
-        for s in range(1, 9):
+        for s in range(1, most + 1):
             forwards = P.simulate(P.optimal_ops(costs, s + 1), costs)[1]
             cases += 1
             equal += forwards == mixed(n, s)
             within += mixed(n, s + 1) <= forwards <= mixed(n, s)
-            under += forwards <= optimal_steps_binomial(n, min(s, n - 1))
-    return {"revolve_cases": cases, "mixed_within_bounds": within == cases, "mixed_equal": equal,
-            "at_most_binomial_revolve": under == cases}
+            reduced, budget = P.revolve_model(n, s)
+            steps = P.simulate(P.optimal_ops(reduced, budget), reduced)[1]
+            revolve += steps == optimal_steps_binomial(n, min(s, n - 1))
+    return {"revolve_cases": cases, "matches_revolve": revolve == cases, "mixed_within_bounds": within == cases,
+            "mixed_equal": equal}
 
 
 def drawn_op_costs(rng: np.random.Generator, n: int) -> Any:

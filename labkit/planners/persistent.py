@@ -215,6 +215,23 @@ def _split(s: int, split: int, right: list[Op], left: list[Op]) -> list[Op]:
     return [Op("F", s), *(Op("F", j, drop=True) for j in range(s + 1, split)), *right, Op("del", split), *left]
 
 
+def revolve_model(n: int, slots: int) -> tuple[OpCosts, int]:
+    """A uniform chain of n steps in Revolve's model (Griewank and Walther, 2000) as (OpCosts, budget): the
+    optimal persistent schedule's forward cost there is Revolve's least number of forward steps with `slots`
+    checkpoint slots, each step's taped forward included. Revolve keeps states in its slots and tapes a step
+    only just before its reverse, the tape held besides the slots; so here a kept state is one unit, a taped
+    step (its output included) slots + 1 units, and the budget 2 * slots + 1: one tape fits beside every slot,
+    two never do. Gradients and what ops reach are nothing. Two counts differ and cancel: Revolve's x[0] takes
+    a slot and its state being advanced is free; here the caller holds x[0] and the state takes its unit."""
+    if isinstance(n, bool) or isinstance(slots, bool) or not isinstance(n, int) or not isinstance(slots, int) \
+            or n < 1 or slots < 1:
+        raise ValueError(f"revolve_model: n and slots must be ints >= 1, got n={n!r}, slots={slots!r}")
+    tape = slots + 1  # a taped step's graph and output together; x[n], the chain's output, is the step's
+    zeros = [0] * n
+    costs = OpCosts([1] * n + [0], [0] * (n + 1), [tape - 1] * (n - 1) + [tape], zeros, zeros, zeros, [1.0] * n)
+    return costs, slots + tape
+
+
 def segments_ops(schedule: Sequence, n: int) -> list[Op]:
     """A one-level schedule (lab 03's Segments: stored, or recomputed once) as ops: a stored segment's layers
     taped in forward; a recomputed one run without a graph, its input kept, and taped again in backward."""
