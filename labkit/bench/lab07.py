@@ -241,7 +241,8 @@ def planning_seconds(planner: Callable[[Profile, int], Any], n: int = 200, repea
 def plan() -> dict[str, Any]:
     """`labkit bench plan`: at a budget 85% of the way from full recomputation's predicted peak up to keeping
     everything's, the planner's plan against the fixed schemes, the largest batch each fits, and the seconds the
-    planner takes on 200 blocks of four ways."""
+    planner takes on 200 blocks of four ways; then, at five budgets, the planner against PyTorch's own answers
+    (labkit.bench.peers: `peers`, `head_to_head`)."""
     from labkit.labs.capstone import plan_blocks, plan_for  # lab 07's planner (plan_for: with its errors)
 
     size = sizes()
@@ -259,4 +260,17 @@ def plan() -> dict[str, Any]:
             "step_ratio": {name: r["measured_step_ratio"] for name, r in by.items()},
             "largest_batch": {r["name"]: r["batch"] for r in batch_rows(size, budget, plan_blocks, c.profile,
                                                                        timed=False)},
-            "planner_200_blocks_seconds": planning_seconds(plan_blocks)}
+            "planner_200_blocks_seconds": planning_seconds(plan_blocks),
+            **peers_figures(c, plan_for, repeats=11)}
+
+
+def peers_figures(c: Capstone, plan_for: Callable[[Profile, int], list[Step]], repeats: int = 11) -> dict[str, Any]:
+    """The planner against PyTorch's answers on the capstone (labkit.bench.peers), with the bar's figure: at
+    every budget where a peer fits, the planner's step time over the fastest peer's, timed head to head."""
+    from labkit.bench.peers import compare_with_peers
+
+    found = compare_with_peers(c.model, c.tokens, c.loss, c.profile, plan_for, repeats=repeats,
+                               inductor=c.tokens.is_cuda)
+    ratios = [r["planner_over_best_peer"] for r in found["head_to_head"] if r["planner_over_best_peer"] is not None]
+    return {**found, "planner_over_best_peer_max": max(ratios, default=None),
+            "planner_within_3_percent_of_best_peer": all(r <= 1.03 for r in ratios)}

@@ -12,6 +12,11 @@ Phases (tagged automatically; ``meter.phase(name)`` overrides):
   recompute  inside the engine with grad mode on: how both torch.utils.checkpoint
              variants and a hand-written recompute rerun the forward
   optimizer  inside ``optimizer.step`` (global step pre/post hooks)
+
+Compiled code: torch.compile runs its compiled graphs only where no dispatch mode is active (under one it runs
+the function eagerly), so a compiled region is called inside ``meter.outside()`` and its graphs run inside
+``meter.inside()`` (labkit.instruments.compiled does both): the graphs' ops are seen as any others, and every
+storage is counted until it is freed, wherever that happens.
 """
 from __future__ import annotations
 
@@ -25,11 +30,18 @@ from typing import Any
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, _get_current_dispatch_mode_stack
 
 from labkit.instruments.tensors import check_callable, check_not_meta, op_name, tensor_storages
 
-__all__ = ["Event", "MemoryMeter", "measure_peak"]
+__all__ = ["Event", "MemoryMeter", "measure_peak", "active_meter"]
+
+_ENTERED: list[MemoryMeter] = []  # meters inside their region, innermost last
+
+
+def active_meter() -> MemoryMeter | None:
+    """The innermost meter whose region is running, or None."""
+    return _ENTERED[-1] if _ENTERED else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +155,23 @@ class MemoryMeter:
         finally:
             self._overrides.pop()
 
+    @contextlib.contextmanager
+    def outside(self) -> Iterator[None]:
+        """Run what is inside with no dispatch mode active, the meter's included, so that torch.compile runs its
+        compiled code; storages made inside are counted only where ``inside()`` brings the meter back."""
+        with _disable_current_modes():
+            yield
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        """The meter's dispatch mode, entered for what runs inside unless it is already active (a compiled
+        graph run from ``outside()``: its ops are counted as any others)."""
+        if any(isinstance(m, _Watcher) and m.meter is self for m in _get_current_dispatch_mode_stack()):
+            yield
+            return
+        with _Watcher(self):
+            yield
+
     # -- context
     def __enter__(self) -> MemoryMeter:
         if self._used:
@@ -163,6 +192,8 @@ class MemoryMeter:
             self._recording = True
             stack.callback(setattr, self, "_recording", False)
             stack.enter_context(_Watcher(self))
+            _ENTERED.append(self)
+            stack.callback(_ENTERED.remove, self)
             self._stack = stack.pop_all()
         return self
 

@@ -1,0 +1,212 @@
+"""Lab 07's planner against PyTorch's own answers on the capstone model, measured (part of `labkit bench plan`).
+
+The peers: every block under ``torch.utils.checkpoint`` ("torch full"); ``checkpoint_sequential`` at √n
+segments; each block compiled under torch.compile's ``activation_memory_budget`` (its min-cut partitioner
+with eager kernels: "compile budget"); and ``sac_milp``, PyTorch's integer program over modules and discard
+fractions (labkit.planners.sac_milp). Each peer has a knob (segments, the compile budget, sac_milp's budget);
+each of its settings is run for real: one steady step under the meter (its peak, on the device), one step's
+gradients against the plain step's, and its step time over the plain step's (medians of alternating pairs).
+At each budget a peer's row is its fastest setting whose measured peak fits: the best it can do there,
+chosen by measurement. The planner's row is its plan for the budget, from its profile alone. Then the planner
+and the best peer that fits are timed against each other, in alternating pairs.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from labkit.instruments.tensors import cuda_devices
+from labkit.instruments.timing import compare
+from labkit.instruments.meter import MemoryMeter
+from labkit.planners import applied
+from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
+from labkit.planners.sac_milp import SacApplied, sac_decisions, torch_stats
+from labkit.plans import describe, peak_of, scheme_plan
+
+__all__ = ["Setting", "settings", "run_settings", "peers_table", "head_to_head", "budgets", "compare_with_peers",
+           "COMPILE_BUDGETS", "SAC_SHARES"]
+
+COMPILE_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)  # activation_memory_budget, each compiled and run
+INDUCTOR_BUDGETS = (1.0, 0.5, 0.0)  # on CUDA: Inductor compiles each budget in tens of seconds
+SAC_SHARES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4)  # sac_milp's budget, a share of its own plain peak
+
+
+@dataclass
+class Setting:
+    """One way of running the model: its method, its knob's setting, and the context manager that runs it
+    (entered around every step it times)."""
+
+    method: str
+    setting: str
+    context: Callable[[], contextlib.AbstractContextManager[Any]]
+    ran: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+
+
+def settings(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], plans: dict[int, list],
+             compile_budgets: Sequence[float] = COMPILE_BUDGETS, sac_shares: Sequence[float] = SAC_SHARES,
+             inductor: bool = False) -> tuple[list[Setting], dict[str, Any]]:
+    """Every setting of every method on `model` (the copy that runs them): the planner's plan at each budget
+    (`plans`: budget -> plan), the peers at each knob setting; and notes on what sac_milp was fed."""
+    found = [Setting("planner", describe(p), (lambda p=p: applied(model, p))) for p in _distinct(plans.values())]
+    n = len(model.blocks)
+    found.append(Setting("torch full", "every block", lambda: torch_full(model)))
+    k = max(1, round(math.sqrt(n)))
+    found.append(Setting("checkpoint_sequential", f"{k} segments", lambda: torch_sequential(model, k)))
+    backends = [("aot_eager_decomp_partition", compile_budgets)] + ([("inductor", INDUCTOR_BUDGETS)] if inductor else [])
+    for backend, fractions in backends:
+        for budget in fractions:
+            blocks = CompiledBlocks(model, budget, backend)
+            name = "compile budget" if backend != "inductor" else "compile budget (inductor)"
+            found.append(Setting(name, f"{budget:g}", lambda b=blocks: b,
+                                 (lambda b=blocks, s=f"{name} {budget:g}": b.ran(s))))
+    stats = torch_stats(model, x, loss_fn)
+    seen: list[dict[str, float]] = []
+    for share in sac_shares:
+        try:
+            decisions = sac_decisions(stats, int(stats.baseline_bytes * share))
+        except ValueError:
+            continue
+        if decisions in seen:
+            continue
+        seen.append(decisions)
+        way = SacApplied(model, stats, decisions)
+        found.append(Setting("sac_milp", f"{share:g} of its peak: " + _short(decisions), lambda w=way: w))
+    notes = {"sac_milp_fed": "on CUDA PyTorch's estimators whole; on a CPU, each op's runtime by the kit's stopwatch "
+                             "(PyTorch's estimators time ops with CUDA events only), the rest PyTorch's",
+             "sac_milp_plain_peak": stats.baseline_bytes, "sac_milp_untimed_ops": sorted(stats.untimed)}
+    return found, notes
+
+
+def _distinct(plans: Any) -> list[list]:
+    out: list[list] = []
+    for p in plans:
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def _short(decisions: dict[str, float]) -> str:
+    return ", ".join(f"{k.split('.', 1)[1]} {v:.2f}" for k, v in decisions.items()) or "nothing"
+
+
+def run_settings(found: list[Setting], model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+                 loss_fn: Callable[[Any], torch.Tensor], repeats: int) -> list[dict[str, Any]]:
+    """Each setting run for real: its measured peak, whether one step's gradients equal the plain step's bit for
+    bit, and its step time over the plain step's (median of `repeats` alternating pairs). The peak is the
+    meter's, except for Inductor's kernels, whose buffers no dispatch mode sees: the CUDA allocator's peak."""
+    plain_step = _step(model, opt, x, loss_fn)
+    rows = []
+    for s in found:
+        with s.ran():
+            with s.context():
+                plain_step()  # gradients and Adam's state exist; the weights move (two steps)
+                with MemoryMeter(model, opt, x, device=x.device) as meter:
+                    plain_step()
+            peak = meter.allocator_peak if "inductor" in s.method else meter.peak
+            want = _grads(model, x, loss_fn, contextlib.nullcontext)
+            bitwise = all(torch.equal(a, b) for a, b in zip(want, _grads(model, x, loss_fn, s.context)))
+            ratio = compare(plain_step, _under(s, plain_step), repeats=repeats, warmup=1, device=x.device).ratio
+        rows.append({"method": s.method, "setting": s.setting, "measured_peak": peak, "step_ratio": round(ratio, 4),
+                     "bitwise": bitwise})
+    return rows
+
+
+def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, loss_fn: Callable) -> Callable[[], None]:
+    def run() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x)).backward()
+        opt.step()
+    return run
+
+
+def _under(s: Setting, step: Callable[[], None]) -> Callable[[], None]:
+    def run() -> None:
+        with s.context():
+            step()
+    return run
+
+
+def _grads(model: nn.Module, x: torch.Tensor, loss_fn: Callable, context: Callable) -> list[torch.Tensor]:
+    """The gradients of one forward and backward under context() from seed 0 (dropout draws alike)."""
+    with torch.random.fork_rng(devices=cuda_devices(x, model)):
+        torch.manual_seed(0)
+        model.zero_grad(set_to_none=True)
+        with context():
+            loss_fn(model(x)).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def peers_table(rows: list[dict[str, Any]], plans: dict[int, list]) -> list[dict[str, Any]]:
+    """Per budget and method: the planner's row for its plan; each peer's fastest setting that fits (or, where
+    none fits, its setting of least peak, fits false)."""
+    table = []
+    for budget, plan in plans.items():
+        mine = next(r for r in rows if r["method"] == "planner" and r["setting"] == describe(plan))
+        table.append({"budget": budget, **mine, "fits": mine["measured_peak"] <= budget})
+        for method in _distinct(r["method"] for r in rows if r["method"] != "planner"):
+            own = [r for r in rows if r["method"] == method]
+            fit = [r for r in own if r["measured_peak"] <= budget]
+            best = min(fit, key=lambda r: r["step_ratio"]) if fit else min(own, key=lambda r: r["measured_peak"])
+            table.append({"budget": budget, **best, "fits": bool(fit)})
+    return table
+
+
+def head_to_head(found: list[Setting], table: list[dict[str, Any]], model: nn.Module, opt: torch.optim.Optimizer,
+                 x: torch.Tensor, loss_fn: Callable, repeats: int) -> list[dict[str, Any]]:
+    """At each budget, the planner's step against the fastest peer that fits, in alternating pairs: the
+    planner's time over the peer's (at most 1.03 is the bar)."""
+    step = _step(model, opt, x, loss_fn)
+    by = {(s.method, s.setting): s for s in found}
+    out = []
+    for budget in _distinct(r["budget"] for r in table):
+        here = [r for r in table if r["budget"] == budget]
+        mine = here[0]
+        fitting = [r for r in here[1:] if r["fits"]]
+        if not fitting:
+            out.append({"budget": budget, "best_peer": None, "planner_over_best_peer": None})
+            continue
+        best = min(fitting, key=lambda r: r["step_ratio"])
+        peer, planner = by[best["method"], best["setting"]], by["planner", mine["setting"]]
+        with peer.ran():
+            ratio = compare(_under(peer, step), _under(planner, step), repeats=repeats, warmup=1,
+                            device=x.device).ratio
+        out.append({"budget": budget, "best_peer": f"{best['method']} ({best['setting']})",
+                    "planner_over_best_peer": round(ratio, 4)})
+    return out
+
+
+def budgets(profile: Any, n: int, count: int = 5) -> list[int]:
+    """`count` budgets spread between full recomputation's predicted peak and keeping everything's (not at
+    either end: at full's own peak only full fits, at none's nothing needs planning)."""
+    low, high = (peak_of(scheme_plan(name, n), profile) for name in ("full", "none"))
+    return [int(low + (high - low) * (k + 0.5) / count) for k in range(count)]
+
+
+
+def compare_with_peers(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], profile: Any,
+                       plan_for: Callable[[Any, int], list], count: int = 5, repeats: int = 11,
+                       **knobs: Any) -> dict[str, Any]:
+    """The planner (plan_for(profile, budget)) against every peer at `count` budgets, on a copy of `model`
+    training on x with Adam (gradients and its state made first: steady steps): every setting's row, the
+    table per budget and method, the head-to-head times, and what sac_milp was fed. `model` and the
+    generators are left as they were."""
+    n = len(profile.blocks)
+    plans = {b: plan_for(profile, b) for b in budgets(profile, n, count)}
+    with torch.random.fork_rng(devices=cuda_devices(x, model)):
+        work = copy.deepcopy(model)
+        opt = torch.optim.Adam(work.parameters())
+        _step(work, opt, x, loss_fn)()
+        found, notes = settings(work, x, loss_fn, plans, **knobs)
+        rows = run_settings(found, work, opt, x, loss_fn, repeats)
+        table = peers_table(rows, plans)
+        versus = head_to_head(found, table, work, opt, x, loss_fn, repeats)
+    return {"budgets": list(plans), "settings": rows, "peers": table, "head_to_head": versus, **notes}

@@ -1,0 +1,73 @@
+"""torch.compile with an activation memory budget, run where the meter sees it.
+
+``torch._functorch.config.activation_memory_budget`` is read when AOTAutograd partitions a compiled graph into
+forward and backward (its min-cut partitioner; 1.0 is the default partition, 0.0 recomputes all it can), so a
+function is compiled under it, once per budget. The backend ``aot_eager_decomp_partition`` runs that
+partitioner and then eager kernels: no Inductor fusion, so its step times compare like for like with eager
+plans. Dynamo runs compiled code only where no dispatch mode is active, so a compiled call steps outside the
+meter and its graphs run inside it (labkit.instruments.meter: ``outside``, ``inside``). And since dynamo falls
+back to running a function eagerly without an error (a graph it cannot capture, a recompile limit reached),
+every ``Compiled`` counts the compiled graphs it ran, and ``check_ran`` refuses a step that ran none.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from labkit.instruments.meter import active_meter
+
+__all__ = ["Compiled"]
+
+
+class Compiled:
+    """fn compiled with torch.compile under activation_memory_budget=budget (a number from 0 to 1); call it as
+    fn. `backend`: "aot_eager_decomp_partition" (eager kernels) or "inductor"; Inductor's own kernels allocate
+    where no dispatch mode sees them, so under the meter only the CUDA allocator's peak counts them."""
+
+    def __init__(self, fn: Callable[..., Any], budget: float, backend: str = "aot_eager_decomp_partition") -> None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 <= budget <= 1:
+            raise ValueError(f"Compiled: budget={budget!r} must be a number from 0 to 1")
+        if backend not in ("aot_eager_decomp_partition", "inductor"):
+            raise ValueError(f"Compiled: backend={backend!r}; allowed: aot_eager_decomp_partition, inductor")
+        self.budget, self.backend, self.graphs_run = float(budget), backend, 0
+        self._compiled = torch.compile(fn, backend=self._backend, dynamic=False)
+
+    def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        if self.backend == "inductor":
+            from torch._inductor.compile_fx import compile_fx as inner
+        else:
+            from torch._dynamo.backends.debugging import aot_eager_decomp_partition as inner
+        run = inner(gm, example_inputs)
+
+        def metered(*args: Any) -> Any:
+            self.graphs_run += 1
+            meter = active_meter()
+            with meter.inside() if meter is not None else contextlib.nullcontext():
+                return run(*args)
+        return metered
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch._dynamo.config as dynamo_config
+        import torch._functorch.config as functorch_config
+
+        meter = active_meter()
+        # one function compiled at several budgets (and for each block) takes a cache entry each: more than
+        # dynamo's default 8, and at its limit an error rather than a silent fall back to eager
+        with functorch_config.patch(activation_memory_budget=self.budget), \
+                dynamo_config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True), \
+                meter.outside() if meter is not None else contextlib.nullcontext():
+            return self._compiled(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def check_ran(self, what: str) -> Any:
+        """Refuse (RuntimeError) a region in which this compiled function ran no compiled graph: dynamo ran it
+        eagerly, and its figures would be eager ones under the compiled name."""
+        before = self.graphs_run
+        yield
+        if self.graphs_run == before:
+            raise RuntimeError(f"{what}: torch.compile ran no compiled graph (dynamo fell back to eager: a graph "
+                               "break at the first op, or its recompile limit); these figures would not be "
+                               "the compiled code's")

@@ -1,0 +1,187 @@
+"""PyTorch's own answers to lab 07's question, run on the capstone model (labkit.planners.peers, sac_milp,
+labkit.instruments.compiled, labkit.bench.peers): each trains exactly as plainly where it should (every one but
+torch.compile's decompositions), keeps less than plainly where it claims to, and the meter sees compiled code;
+what would be silently wrong (a fallback to eager, a policy on other ops) is refused."""
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import labkit as lk
+from labkit.bench import lab07
+from labkit.bench.peers import _grads, _step, budgets, peers_table
+from labkit.instruments.compiled import Compiled
+from labkit.instruments.meter import MemoryMeter
+from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
+
+
+@pytest.fixture(scope="module")
+def capstone():
+    return lab07.capstone(lk.sizes("tiny"), repeats=1)
+
+
+def _steady(c):
+    model = copy.deepcopy(c.model)
+    opt = torch.optim.Adam(model.parameters())
+    _step(model, opt, c.tokens, c.loss)()
+    return model, opt
+
+
+def _peak(model, opt, c, context=contextlib.nullcontext) -> int:
+    step = _step(model, opt, c.tokens, c.loss)
+    with context():
+        step()
+        with MemoryMeter(model, opt, c.tokens) as meter:
+            step()
+    return meter.peak
+
+
+def _kept(model, c, context) -> int:
+    """Bytes alive after a forward and the loss, beyond what was alive before: what backward will use."""
+    model.zero_grad(set_to_none=True)
+    with context(), MemoryMeter(model, c.tokens) as meter:
+        loss = c.loss(model(c.tokens))
+        kept = meter.live - meter.baseline
+    del loss
+    return kept
+
+
+def _same_grads(model, c, context) -> bool:
+    want = _grads(model, c.tokens, c.loss, contextlib.nullcontext)
+    return all(torch.equal(a, b) for a, b in zip(want, _grads(model, c.tokens, c.loss, context)))
+
+
+def test_torch_full_and_checkpoint_sequential_train_bitwise_and_keep_less(capstone):
+    model, opt = _steady(capstone)
+    plain = _peak(model, opt, capstone)
+    for context in (lambda: torch_full(model), lambda: torch_sequential(model, 2)):
+        assert _same_grads(model, capstone, context)
+        assert _peak(model, opt, capstone, context) < plain
+    assert all("forward" not in vars(b) for b in model.blocks)  # every forward put back
+    with pytest.raises(ValueError, match="segments=9 must be an int from 1 to 2"):
+        with torch_sequential(model, 9):
+            pass
+
+
+def test_the_meter_sees_compiled_blocks_and_a_lower_budget_keeps_less(capstone):
+    model, opt = _steady(capstone)
+    peaks = {}
+    for budget in (1.0, 0.0):
+        blocks = CompiledBlocks(model, budget)
+        with blocks.ran(f"budget {budget}"):
+            peaks[budget] = _peak(model, opt, capstone, lambda b=blocks: b)
+        assert all(c.graphs_run > 0 for c in blocks.compiled)
+    assert peaks[0.0] < peaks[1.0]
+    # within a few percent of the plain eager step at the default partition (the partition may keep a little
+    # other than eager does), never a fraction of it: a meter blind to the compiled graphs would see far less
+    assert abs(peaks[1.0] / _peak(model, opt, capstone) - 1) < 0.1
+
+
+def test_a_compiled_function_that_ran_eagerly_is_refused_not_reported():
+    f = Compiled(lambda x: (x * 2).sin(), 0.5)
+    x = torch.randn(4)
+
+    class Other(TorchDispatchMode):  # under a dispatch mode dynamo runs the function eagerly
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with f.check_ran("plain call"):
+        f(x)
+    with pytest.raises(RuntimeError, match="ran no compiled graph"):
+        with f.check_ran("under another mode"), Other():
+            f(x)
+
+
+def test_compiled_refuses_a_budget_or_backend_it_does_not_take():
+    for budget in (1.5, -0.1, True, "0.5"):
+        with pytest.raises(ValueError, match="must be a number from 0 to 1"):
+            Compiled(lambda x: x, budget)
+    with pytest.raises(ValueError, match="allowed: aot_eager_decomp_partition, inductor"):
+        Compiled(lambda x: x, 0.5, backend="eager")
+
+
+pulp = pytest.importorskip("pulp", reason="pulp is not installed (sac_milp's solver): pip install pulp pwlf")
+pytest.importorskip("pwlf", reason="pwlf is not installed (sac_milp's trade-off curves): pip install pwlf")
+
+
+@pytest.fixture(scope="module")
+def stats(capstone):
+    from labkit.planners.sac_milp import torch_stats
+
+    return torch_stats(capstone.model, capstone.tokens, capstone.loss)
+
+
+def test_torch_stats_are_pytorchs_graph_of_the_blocks_and_what_is_inside_them(capstone, stats):
+    n = len(capstone.model.blocks)
+    assert {f"GPT.blocks.{i}" for i in range(n)} <= set(stats.units)
+    assert all(u.startswith("GPT.blocks.") for u in stats.units)
+    assert not stats.untimed
+    assert 0 < stats.baseline_bytes, stats.baseline_bytes
+    ops = stats.sac_stats["GPT.blocks.0"]
+    assert len(ops.func_names) == len(ops.runtimes) == len(ops.memory) and sum(ops.runtimes) > 0
+    assert ops.rand_ops  # the block's dropout, which sac_milp saves or recomputes all together
+
+
+def test_sac_milp_decides_and_its_decisions_train_bitwise(capstone, stats):
+    from labkit.planners.sac_milp import SacApplied, sac_decisions
+
+    assert sac_decisions(stats, stats.baseline_bytes * 2) == {}
+    for share in (0.95, 0.9, 0.85):  # on the tiny model parameters are most of its peak: little can go
+        decisions = sac_decisions(stats, int(stats.baseline_bytes * share))
+        if decisions:
+            break
+    assert decisions and all(k in stats.units and 0 <= v <= 1 for k, v in decisions.items())
+    model, _ = _steady(capstone)
+    assert _same_grads(model, capstone, lambda: SacApplied(model, stats, decisions))
+    with pytest.raises(ValueError, match="finds nothing that fits"):
+        sac_decisions(stats, 1024)
+
+
+def test_a_block_whose_activations_are_all_discarded_keeps_less_and_trains_bitwise(capstone, stats):
+    """The application alone, on a decision made by hand (what sac_milp picks depends on measured times)."""
+    from labkit.planners.sac_milp import SacApplied
+
+    model, _ = _steady(capstone)
+    way = SacApplied(model, stats, {"GPT.blocks.0": 1.0})
+    assert sum(way.saved["GPT.blocks.0"]) < len(way.saved["GPT.blocks.0"])  # some ops recomputed
+    assert _same_grads(model, capstone, lambda: way)
+    assert _kept(model, capstone, lambda: way) < _kept(model, capstone, contextlib.nullcontext)
+
+
+def test_a_sac_policy_on_other_ops_than_traced_is_refused(capstone, stats):
+    from labkit.planners.sac_milp import SacApplied
+
+    model, _ = _steady(capstone)
+    wrong = copy.deepcopy(stats)
+    names = wrong.sac_stats["GPT.blocks.0"].func_names
+    names[0] = "not_" + names[0]
+    with pytest.raises(ValueError, match="where SACEstimator traced not_"):
+        with SacApplied(model, wrong, {"GPT.blocks.0": 0.5}):
+            capstone.loss(model(capstone.tokens))
+    with pytest.raises(ValueError, match="is not a module of GPT that SACEstimator saw"):
+        SacApplied(model, stats, {"GPT.nowhere": 0.5})
+
+
+def test_the_table_takes_each_peers_fastest_setting_that_fits_and_says_when_none_does():
+    plans = {100: [lk.plans.Step(0, 1, "keep")]}
+    rows = [{"method": "planner", "setting": "keep 0", "measured_peak": 90, "step_ratio": 1.0, "bitwise": True},
+            {"method": "a", "setting": "x", "measured_peak": 80, "step_ratio": 1.5, "bitwise": True},
+            {"method": "a", "setting": "y", "measured_peak": 99, "step_ratio": 1.2, "bitwise": True},
+            {"method": "a", "setting": "z", "measured_peak": 150, "step_ratio": 1.0, "bitwise": True},
+            {"method": "b", "setting": "u", "measured_peak": 130, "step_ratio": 1.1, "bitwise": True},
+            {"method": "b", "setting": "v", "measured_peak": 120, "step_ratio": 1.3, "bitwise": True}]
+    table = peers_table(rows, plans)
+    assert [(r["method"], r["setting"], r["fits"]) for r in table] == [
+        ("planner", "keep 0", True), ("a", "y", True), ("b", "v", False)]
+
+
+def test_the_budgets_lie_strictly_between_full_recomputations_peak_and_keeping_everythings(capstone):
+    prof, n = capstone.profile, len(capstone.profile.blocks)
+    low, high = (lk.plans.peak_of(lk.plans.scheme_plan(s, n), prof) for s in ("full", "none"))
+    found = budgets(prof, n)
+    assert len(found) == 5 and found == sorted(found) and low < found[0] and found[-1] < high
