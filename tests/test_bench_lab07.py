@@ -18,7 +18,10 @@ def figures():
 def test_plan_bench_prints_its_json_keys(figures):
     json.dumps(figures)
     assert set(figures) == {"budget_bytes", "plan", "predicted_peak", "measured_peak", "predicted_step_ratio",
-                            "measured_step_ratio", "fits", "step_ratio", "largest_batch", "planner_200_blocks_seconds"}
+                            "measured_step_ratio", "fits", "step_ratio", "largest_batch", "planner_200_blocks_seconds",
+                            "budgets", "settings", "peers", "head_to_head", "sac_milp_fed", "sac_milp_plain_peak",
+                            "sac_milp_untimed_ops", "planner_over_best_peer_max",
+                            "planner_within_3_percent_of_best_peer", "foreign"}
     assert set(figures["fits"]) == set(figures["step_ratio"]) == {"planner", *lk.plans.SCHEMES}
     assert set(figures["largest_batch"]) == {"planner", *lk.plans.SCHEMES}
 
@@ -49,3 +52,32 @@ def test_the_largest_batch_figure_draws_a_bar_per_scheme():
             {"name": "full", "batch": 6, "seconds_per_sample": 0.01}]
     fig = plots.largest_batches(rows, 2**20)
     assert [len(ax.patches) for ax in fig.axes] == [2, 2]
+
+
+def test_the_peers_table_has_every_method_at_five_budgets_each_measured(figures):
+    """The issue's bar, in form (its figures are the cpu profile's: `labkit bench plan`): at least five budgets,
+    four methods besides the planner, compile's budget and sac_milp among them; every row measured; PyTorch's
+    checkpoints train bit for bit; the head-to-head ratio wherever a peer fits."""
+    budgets, table = figures["budgets"], figures["peers"]
+    assert len(budgets) >= 5
+    methods = {r["method"] for r in table} - {"planner"}
+    assert len(methods) >= 4 and {"compile budget", "sac_milp", "torch full", "checkpoint_sequential"} <= methods
+    for budget in budgets:
+        here = [r for r in table if r["budget"] == budget]
+        assert here[0]["method"] == "planner" and here[0]["fits"] and here[0]["measured_peak"] <= budget
+        assert all(r["fits"] == (r["measured_peak"] <= budget) or not r["fits"] for r in here)
+    assert all(r["bitwise"] for r in figures["settings"] if r["method"] in ("planner", "torch full",
+                                                                           "checkpoint_sequential") and "error" not in r)
+    for row in figures["head_to_head"]:
+        fitting = [r for r in table if r["budget"] == row["budget"] and r["method"] != "planner" and r["fits"]]
+        assert (row["planner_over_best_peer"] is None) == (not fitting)
+    assert figures["planner_within_3_percent_of_best_peer"] == all(
+        r["planner_over_best_peer"] <= 1.03 for r in figures["head_to_head"] if r["planner_over_best_peer"])
+
+
+def test_hugging_face_models_are_planned_fit_and_train_bitwise(figures):
+    pytest.importorskip("transformers", reason="transformers is not installed: the foreign models are not run")
+    for name, found in figures["foreign"].items():
+        assert found["fits"] and found["measured_peak"] <= found["budget"], name
+        assert found["trains_bitwise"] is True, name
+        assert {r["method"] for r in found["peers"]} >= {"planner", "torch full", "compile budget"}, name

@@ -23,20 +23,25 @@ from labkit.reference.capstone import least_budget, plan_for
 from labkit.reference.pitfalls import difference
 
 
-def train(model: nn.Module, x: torch.Tensor, plan=None, steps: int = 3) -> tuple[list[float], list[torch.Tensor]]:
-    """Losses of `steps` Adam steps of a copy of `model` on x (dropout seeded), under `plan`, and its parameters."""
+def train(model: nn.Module, x: torch.Tensor, plan=None, steps: int = 3, blocks=None,
+          loss=F.loss) -> tuple[list[float], list[torch.Tensor]]:
+    """Losses of `steps` Adam steps of a copy of `model` on x (dropout seeded), under `plan`, and its parameters
+    (`blocks` given as modules are the copy's at the same places)."""
+    paths = {id(m): n for n, m in model.named_modules()}
     model = copy.deepcopy(model)
+    if isinstance(blocks, list):
+        blocks = [model.get_submodule(paths[id(b)]) for b in blocks]
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
-        with applied(model, plan) if plan is not None else _nothing():
+        with applied(model, plan, blocks) if plan is not None else _nothing():
             for _ in range(steps):
                 opt.zero_grad(set_to_none=True)
-                loss = F.loss(model(x))
-                loss.backward()
+                value = loss(model(x))
+                value.backward()
                 opt.step()
-                losses.append(loss.item())
+                losses.append(value.item())
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
@@ -107,7 +112,7 @@ def test_blocks_that_are_not_submodules_are_refused_by_name():
     model = F.llama()
     object.__setattr__(model, "blocks", nn.ModuleList([F.LlamaBlock()]))  # an attribute, not a registered child
     model._modules.pop("blocks")
-    with pytest.raises(ValueError, match=r"blocks\[0\] is not a submodule"):
+    with pytest.raises(ValueError, match=r"block 0 is not a submodule"):
         profile_model(model, F.tokens(), F.loss, repeats=1)
 
 
@@ -190,9 +195,55 @@ def test_blocks_that_return_tuples_or_take_keywords_are_refused_saying_how_to_wr
     model = F.TupleStack([F.TupleBlock() for _ in range(2)])
     for run in (lambda: profile_model(model, F.tokens(), F.loss, repeats=1),
                 lambda: situation(model, F.tokens(), 10**9, loss_fn=F.loss, repeats=1)):
-        with pytest.raises(ValueError, match=r"blocks\.0 \(TupleBlock\) is called with \(Tensor, mask=NoneType\), "
-                                             r"not one tensor.*wrap each"):
+        with pytest.raises(ValueError, match=r"blocks\.0 \(TupleBlock\) returns tuple, not one tensor.*"
+                                             r"self\.block\(h, \.\.\.\)\[0\]"):
             run()
+
+
+class KeywordBlock(nn.Module):
+    """A LLaMA-style block called with a keyword besides its hidden state, as Hugging Face blocks are."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.inner = F.LlamaBlock(d)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+        return self.inner(x) * (1 if scale is None else scale)
+
+
+class KeywordStack(F.Stack):
+    """Calls each block with a scale: the same tensor for every block, or (other=True) another per block."""
+
+    def __init__(self, blocks, other: bool = False, grad: bool = False) -> None:
+        super().__init__(blocks)
+        shared = torch.full((32,), 1.0, requires_grad=grad)
+        self.scales = [torch.full((32,), 1.0 + i) if other else shared for i in range(len(blocks))]
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.embed(idx)
+        for block, scale in zip(self.blocks, self.scales):
+            h = block(h, scale=scale)
+        return self.head(self.norm(h))
+
+
+def test_blocks_called_with_keywords_that_need_no_gradient_profile_plan_and_train_bitwise():
+    torch.manual_seed(0)
+    model, x = KeywordStack([KeywordBlock() for _ in range(3)]), F.tokens()
+    profile = profile_model(model, x, F.loss, repeats=1)
+    for plan in ([Step(0, 3, "recompute")], plan_for(profile, least_budget(profile))):
+        work = copy.deepcopy(model)
+        assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) <= peak_of(plan, profile)
+        assert bitwise(train(model, x, plan), train(model, x))
+
+
+def test_a_segment_whose_later_block_is_called_with_other_arguments_is_refused_and_a_gradient_argument_too():
+    torch.manual_seed(0)
+    model, x = KeywordStack([KeywordBlock() for _ in range(3)], other=True), F.tokens()
+    with pytest.raises(ValueError, match="block 1 is called with other arguments than block 0"):
+        train(model, x, [Step(0, 2, "recompute"), Step(2, 3, "keep")])
+    assert bitwise(train(model, x, scheme_plan("full", 3)), train(model, x))  # a segment each: each its own
+    with pytest.raises(ValueError, match=r"a tensor that needs a gradient besides its hidden state \(scale\)"):
+        profile_model(KeywordStack([KeywordBlock() for _ in range(3)], grad=True), x, F.loss, repeats=1)
 
 
 def test_lab06s_harness_runs_blocks_with_keywords_and_tuples_and_nn_multiheadattention_exactly():
@@ -241,30 +292,48 @@ class GPT2Blocks(nn.Module):
         return self.head(self.ln_f(h))
 
 
-class GPT2AsBuilt(nn.Module):
-    def __init__(self, hf: nn.Module) -> None:
-        super().__init__()
-        self.gpt, self.blocks = hf, hf.transformer.h
+def llama(n_layer: int = 3) -> nn.Module:
+    config = transformers.LlamaConfig(num_hidden_layers=n_layer, hidden_size=32, intermediate_size=64,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=50,
+                                      max_position_embeddings=32, attention_dropout=0.1, use_cache=False)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.gpt(idx).logits
+
+def hf_loss(out) -> torch.Tensor:
+    return F.loss(out.logits)
 
 
-def test_gpt2_as_built_is_refused_by_name_and_wrapped_as_one_tensor_blocks_profiles_plans_and_trains_bitwise():
+@pytest.mark.parametrize(("make", "path", "kind"), [(gpt2, "transformer.h", "GPT2Block"),
+                                                    (llama, "model.layers", "LlamaDecoderLayer")],
+                         ids=["gpt2", "llama"])
+def test_a_hugging_face_model_as_built_profiles_plans_and_trains_bitwise_with_blocks_given(make, path, kind):
+    """Built from its config (random weights, no download), its blocks called as Hugging Face calls them (a mask,
+    rotary tables, positions besides the hidden state); without blocks= the error names where they are."""
     x = F.tokens()
-    with pytest.raises(ValueError, match=r"GPT2Block\) is called with \(Tensor, .*not one tensor.*self\.block\(h\)\[0\]"):
-        profile_model(GPT2AsBuilt(gpt2()), x, F.loss, repeats=1)
-    hf = gpt2()
-    model = GPT2Blocks(hf)
-    hf.eval(), model.eval()
-    assert torch.equal(model(x), hf(x).logits)  # the written-out forward is GPT-2's
-    model.train()
-    profile = profile_model(model, x, F.loss, repeats=1)
-    budget = least_budget(profile)
+    model = make()
+    with pytest.raises(ValueError, match=rf"has no blocks.*blocks=.*{path.replace('.', '[.]')} \(3 {kind}\)"):
+        profile_model(model, x, hf_loss, repeats=1)
+    profile = profile_model(model, x, hf_loss, repeats=1, blocks=path)
+    assert len(profile.blocks) == 3
+    low, high = (peak_of(scheme_plan(s, 3), profile) for s in ("full", "none"))
+    budget = (low + high) // 2
     plan = plan_for(profile, budget)
+    assert any(s.how == "recompute" for s in plan)
     work = copy.deepcopy(model)
-    assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) <= budget
-    assert bitwise(train(model, x, plan), train(model, x))
+    assert measure_step(work, torch.optim.Adam(work.parameters()), x, hf_loss, plan, blocks=path) <= budget
+    blocks = [m for m in model.get_submodule(path)]  # blocks= as a list of the modules works alike
+    assert bitwise(train(model, x, plan, blocks=path, loss=hf_loss), train(model, x, loss=hf_loss))
+    assert bitwise(train(model, x, scheme_plan("full", 3), blocks=blocks, loss=hf_loss), train(model, x, loss=hf_loss))
+
+
+def test_blocks_given_wrongly_are_refused_saying_what_is_allowed():
+    model = gpt2()
+    with pytest.raises(ValueError, match=r"blocks='transformer\.hh' is not a submodule of GPT2LMHeadModel; .*"
+                                         r"transformer\.h \(3 GPT2Block\)"):
+        profile_model(model, F.tokens(), hf_loss, repeats=1, blocks="transformer.hh")
+    with pytest.raises(ValueError, match="blocks= must be a non-empty nn.ModuleList"):
+        profile_model(model, F.tokens(), hf_loss, repeats=1, blocks=[])
 
 
 # ---------------------------------------------------------------- 6: the advisor's recommendation holds when run

@@ -272,5 +272,12 @@ def peers_figures(c: Capstone, plan_for: Callable[[Profile, int], list[Step]], r
     found = compare_with_peers(c.model, c.tokens, c.loss, c.profile, plan_for, repeats=repeats,
                                inductor=c.tokens.is_cuda)
     ratios = [r["planner_over_best_peer"] for r in found["head_to_head"] if r["planner_over_best_peer"] is not None]
-    return {**found, "planner_over_best_peer_max": max(ratios, default=None),
-            "planner_within_3_percent_of_best_peer": all(r <= 1.03 for r in ratios)}
+    figures = {**found, "planner_over_best_peer_max": max(ratios, default=None),
+               "planner_within_3_percent_of_best_peer": all(r <= 1.03 for r in ratios)}
+    try:
+        import transformers  # noqa: F401  (a developer extra)
+    except ImportError:
+        return {**figures, "foreign": "transformers is not installed (pip install transformers)"}
+    from labkit.bench.peers import foreign_figures
+
+    return {**figures, "foreign": foreign_figures(c.model.cfg, c.model.vocab, plan_for, repeats=5)}

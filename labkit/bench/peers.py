@@ -24,6 +24,7 @@ from torch import nn
 
 from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import compare
+from labkit.instruments.blocks import blocks_of
 from labkit.instruments.meter import MemoryMeter
 from labkit.planners import applied
 from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
@@ -51,22 +52,24 @@ class Setting:
 
 def settings(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], plans: dict[int, list],
              compile_budgets: Sequence[float] = COMPILE_BUDGETS, sac_shares: Sequence[float] = SAC_SHARES,
-             inductor: bool = False) -> tuple[list[Setting], dict[str, Any]]:
-    """Every setting of every method on `model` (the copy that runs them): the planner's plan at each budget
-    (`plans`: budget -> plan), the peers at each knob setting; and notes on what sac_milp was fed."""
-    found = [Setting("planner", describe(p), (lambda p=p: applied(model, p))) for p in _distinct(plans.values())]
-    n = len(model.blocks)
-    found.append(Setting("torch full", "every block", lambda: torch_full(model)))
+             inductor: bool = False, blocks: Any = None) -> tuple[list[Setting], dict[str, Any]]:
+    """Every setting of every method on `model` (the copy that runs them; `blocks` as blocks_of takes it): the
+    planner's plan at each budget (`plans`: budget -> plan), the peers at each knob setting; and notes on what
+    sac_milp was fed."""
+    found = [Setting("planner", describe(p), (lambda p=p: applied(model, p, blocks)))
+             for p in _distinct(plans.values())]
+    n = len(blocks_of(model, blocks))
+    found.append(Setting("torch full", "every block", lambda: torch_full(model, blocks)))
     k = max(1, round(math.sqrt(n)))
-    found.append(Setting("checkpoint_sequential", f"{k} segments", lambda: torch_sequential(model, k)))
+    found.append(Setting("checkpoint_sequential", f"{k} segments", lambda: torch_sequential(model, k, blocks)))
     backends = [("aot_eager_decomp_partition", compile_budgets)] + ([("inductor", INDUCTOR_BUDGETS)] if inductor else [])
     for backend, fractions in backends:
         for budget in fractions:
-            blocks = CompiledBlocks(model, budget, backend)
+            compiled = CompiledBlocks(model, budget, backend, blocks)
             name = "compile budget" if backend != "inductor" else "compile budget (inductor)"
-            found.append(Setting(name, f"{budget:g}", lambda b=blocks: b,
-                                 (lambda b=blocks, s=f"{name} {budget:g}": b.ran(s))))
-    stats = torch_stats(model, x, loss_fn)
+            found.append(Setting(name, f"{budget:g}", lambda c=compiled: c,
+                                 (lambda c=compiled, s=f"{name} {budget:g}": c.ran(s))))
+    stats = torch_stats(model, x, loss_fn, blocks)
     seen: list[dict[str, float]] = []
     for share in sac_shares:
         try:
@@ -104,15 +107,20 @@ def run_settings(found: list[Setting], model: nn.Module, opt: torch.optim.Optimi
     plain_step = _step(model, opt, x, loss_fn)
     rows = []
     for s in found:
-        with s.ran():
-            with s.context():
-                plain_step()  # gradients and Adam's state exist; the weights move (two steps)
-                with MemoryMeter(model, opt, x, device=x.device) as meter:
-                    plain_step()
-            peak = meter.allocator_peak if "inductor" in s.method else meter.peak
-            want = _grads(model, x, loss_fn, contextlib.nullcontext)
-            bitwise = all(torch.equal(a, b) for a, b in zip(want, _grads(model, x, loss_fn, s.context)))
-            ratio = compare(plain_step, _under(s, plain_step), repeats=repeats, warmup=1, device=x.device).ratio
+        try:
+            with s.ran():
+                with s.context():
+                    plain_step()  # gradients and Adam's state exist; the weights move (two steps)
+                    with MemoryMeter(model, opt, x, device=x.device) as meter:
+                        plain_step()
+                peak = meter.allocator_peak if "inductor" in s.method else meter.peak
+                want = _grads(model, x, loss_fn, contextlib.nullcontext)
+                bitwise = all(torch.equal(a, b) for a, b in zip(want, _grads(model, x, loss_fn, s.context)))
+                ratio = compare(plain_step, _under(s, plain_step), repeats=repeats, warmup=1, device=x.device).ratio
+        except (RuntimeError, ValueError) as e:  # a setting PyTorch itself refuses (SAC on a tensor changed in
+            opt.zero_grad(set_to_none=True)      # place): a row that says so, never a figure
+            rows.append({"method": s.method, "setting": s.setting, "error": f"{type(e).__name__}: {e}"[:300]})
+            continue
         rows.append({"method": s.method, "setting": s.setting, "measured_peak": peak, "step_ratio": round(ratio, 4),
                      "bitwise": bitwise})
     return rows
@@ -153,7 +161,9 @@ def peers_table(rows: list[dict[str, Any]], plans: dict[int, list]) -> list[dict
         mine = next(r for r in rows if r["method"] == "planner" and r["setting"] == describe(plan))
         table.append({"budget": budget, **mine, "fits": mine["measured_peak"] <= budget})
         for method in _distinct(r["method"] for r in rows if r["method"] != "planner"):
-            own = [r for r in rows if r["method"] == method]
+            own = [r for r in rows if r["method"] == method and "error" not in r]
+            if not own:
+                continue
             fit = [r for r in own if r["measured_peak"] <= budget]
             best = min(fit, key=lambda r: r["step_ratio"]) if fit else min(own, key=lambda r: r["measured_peak"])
             table.append({"budget": budget, **best, "fits": bool(fit)})
@@ -194,19 +204,71 @@ def budgets(profile: Any, n: int, count: int = 5) -> list[int]:
 
 def compare_with_peers(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], profile: Any,
                        plan_for: Callable[[Any, int], list], count: int = 5, repeats: int = 11,
-                       **knobs: Any) -> dict[str, Any]:
+                       blocks: str | None = None, **knobs: Any) -> dict[str, Any]:
     """The planner (plan_for(profile, budget)) against every peer at `count` budgets, on a copy of `model`
     training on x with Adam (gradients and its state made first: steady steps): every setting's row, the
     table per budget and method, the head-to-head times, and what sac_milp was fed. `model` and the
-    generators are left as they were."""
+    generators are left as they were. blocks: the path of the model's blocks, where they are not its `blocks`
+    or `layers` ("model.layers" in a Hugging Face Llama)."""
     n = len(profile.blocks)
     plans = {b: plan_for(profile, b) for b in budgets(profile, n, count)}
     with torch.random.fork_rng(devices=cuda_devices(x, model)):
         work = copy.deepcopy(model)
         opt = torch.optim.Adam(work.parameters())
         _step(work, opt, x, loss_fn)()
-        found, notes = settings(work, x, loss_fn, plans, **knobs)
+        found, notes = settings(work, x, loss_fn, plans, blocks=blocks, **knobs)
         rows = run_settings(found, work, opt, x, loss_fn, repeats)
         table = peers_table(rows, plans)
         versus = head_to_head(found, table, work, opt, x, loss_fn, repeats)
     return {"budgets": list(plans), "settings": rows, "peers": table, "head_to_head": versus, **notes}
+
+
+def foreign_figures(cfg: Any, vocab: int, plan_for: Callable[[Any, int], list], repeats: int = 5,
+                    names: Sequence[str] = ("gpt2", "llama")) -> dict[str, Any]:
+    """Lab 07's planner on models no one here wrote: GPT-2 and Llama from `transformers`, built from their configs
+    at the capstone's shapes (labkit.models.hugging_face), profiled with blocks= where Hugging Face keeps them,
+    planned halfway between full recomputation's predicted peak and keeping everything's, and run: the measured
+    peak against the budget, three training steps against plain ones (losses and weights, bit for bit), and the
+    planner against every peer at that budget."""
+    from labkit.models import gpt_tokens
+    from labkit.models.hugging_face import BLOCKS, build, logits_loss
+    from labkit.planners import profile_model
+
+    out: dict[str, Any] = {}
+    for name in names:
+        model, tokens = build(name, cfg, vocab), gpt_tokens(cfg, vocab)
+        loss, path = logits_loss(tokens), BLOCKS[name]
+        profile = profile_model(model, tokens, loss, repeats=repeats, blocks=path)
+        found = compare_with_peers(model, tokens, loss, profile, plan_for, count=1, repeats=repeats, blocks=path)
+        (budget,) = found["budgets"]
+        plan = plan_for(profile, budget)
+        mine = found["peers"][0]
+        out[name] = {"blocks": path, "budget": budget, "plan": describe(plan), "measured_peak": mine["measured_peak"],
+                     "fits": mine["fits"], "trains_bitwise": _trains_bitwise(model, tokens, loss, plan, path),
+                     "peers": found["peers"], "head_to_head": found["head_to_head"][0],
+                     "errors": [f"{r['method']} ({r['setting']}): {r['error']}" for r in found["settings"]
+                                if "error" in r]}
+    return out
+
+
+def _trains_bitwise(model: nn.Module, x: torch.Tensor, loss_fn: Callable, plan: list, blocks: str,
+                    steps: int = 3) -> bool:
+    """Whether `steps` Adam steps under the plan give the plain steps' losses and weights, bit for bit (from one
+    seed: dropout draws alike)."""
+    runs = []
+    for context in (contextlib.nullcontext, None):
+        work = copy.deepcopy(model)
+        opt = torch.optim.Adam(work.parameters())
+        losses = []
+        with torch.random.fork_rng(devices=cuda_devices(x, model)):
+            torch.manual_seed(0)
+            with applied(work, plan, blocks) if context is None else context():
+                for _ in range(steps):
+                    opt.zero_grad(set_to_none=True)
+                    value = loss_fn(work(x))
+                    value.backward()
+                    opt.step()
+                    losses.append(value.item())
+        runs.append((losses, [p.detach() for p in work.parameters()]))
+    (a, pa), (b, pb) = runs
+    return a == b and all(torch.equal(p, q) for p, q in zip(pa, pb))

@@ -23,15 +23,17 @@ __all__ = ["applied", "measure_step", "largest_batch"]
 
 
 @contextlib.contextmanager
-def applied(model: nn.Module, plan: Sequence[Step]) -> Iterator[None]:
-    """While inside, calling `model` runs its blocks as the plan says: recompute segments under lab 02's
-    checkpoint_hooks, selective under PyTorch's checkpoint with lab 04's policy (core attention recomputed),
-    offload under torch.autograd.graph.save_on_cpu; keep plainly. Every block's forward is as it was after
-    (labkit.instruments.blocks.patched)."""
+def applied(model: nn.Module, plan: Sequence[Step], blocks: Any = None) -> Iterator[None]:
+    """While inside, calling `model` runs its blocks (blocks_of(model, blocks)) as the plan says: recompute
+    segments under lab 02's checkpoint_hooks, selective under PyTorch's checkpoint with lab 04's policy (core
+    attention recomputed), offload under torch.autograd.graph.save_on_cpu; keep plainly. Every block's forward is
+    as it was after (labkit.instruments.blocks.patched). A block called with arguments besides its hidden state
+    (a mask, rotary tables) gets them again when recomputed; a segment runs all its blocks with its first
+    block's, and a later block of it called with others is refused."""
     from labkit.labs.recompute import checkpoint_hooks  # lab 02
     from labkit.labs.sqrt_n import run_layers  # lab 03: one function of a chain's layers
 
-    blocks = [m for _, m in blocks_of(model)]
+    blocks = [m for _, m in blocks_of(model, blocks)]
     n = len(blocks)
     check_plan(plan, Profile(tuple(BlockCosts(0, 0, 0.0, {SELECTIVE: Option(0, 0, 0.0), OFFLOAD: Option(0, 0, 0.0)})
                                    for _ in range(n)), 0, 0, 1.0))
@@ -40,15 +42,54 @@ def applied(model: nn.Module, plan: Sequence[Step]) -> Iterator[None]:
     for s in plan:
         f, block = forwards[s.start], blocks[s.start]
         if s.how == RECOMPUTE:
-            run = run_layers(forwards[s.start:s.stop])
-            ways.append((block, lambda h, run=run: checkpoint_hooks(run, h)))
-            ways += [(blocks[i], lambda h: h) for i in range(s.start + 1, s.stop)]  # run by the segment's checkpoint
+            first, rest = _segment(forwards[s.start:s.stop], checkpoint_hooks, run_layers, s.start)
+            ways.append((block, first))
+            ways += [(blocks[i], rest(i)) for i in range(s.start + 1, s.stop)]  # run by the segment's checkpoint
         elif s.how == SELECTIVE:
             ways.append((block, _selectively(block, f)))
         elif s.how == OFFLOAD:
-            ways.append((block, lambda h, f=f: offloaded(f, h)))
+            ways.append((block, lambda h, *a, f=f, **k: offloaded(lambda x: f(x, *a, **k), h)))
     with patched(ways):
         yield
+
+
+def _segment(forwards: Sequence[Callable[..., Any]], checkpoint_hooks: Callable[..., Any],
+             run_layers: Callable[..., Any], start: int) -> tuple[Callable[..., Any], Callable[[int], Callable[..., Any]]]:
+    """A recomputed segment's first block, which runs every block of it under one checkpoint (with its own
+    other arguments), and its later blocks, which pass their input through, each checking that it was called
+    with the arguments the segment ran it with (never silently other masks)."""
+    plain = run_layers(forwards)
+    used: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((), {})]
+
+    def first(h: torch.Tensor, *a: Any, **k: Any) -> Any:
+        used[0] = (a, k)
+        if not a and not k:
+            return checkpoint_hooks(plain, h)
+        return checkpoint_hooks(run_layers([lambda x, f=f: f(x, *a, **k) for f in forwards]), h)
+
+    def rest(i: int) -> Callable[..., Any]:
+        def through(h: torch.Tensor, *a: Any, **k: Any) -> torch.Tensor:
+            if not _same((a, k), used[0]):
+                raise ValueError(f"applied: block {i} is called with other arguments than block {start}, which "
+                                 f"ran it in its recomputed segment with its own; recompute block {i} in a "
+                                 "segment of its own")
+            return h
+        return through
+    return first, rest
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two blocks' other arguments are the same: tensors the very same objects, the rest equal."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return a is b
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001  (an object whose == is not a truth value: only itself is the same)
+        return a is b
 
 
 def _selectively(block: nn.Module, forward: Callable[..., Any]) -> Callable[[torch.Tensor], Any]:
@@ -57,7 +98,10 @@ def _selectively(block: nn.Module, forward: Callable[..., Any]) -> Callable[[tor
     to the traced ops (a block changed in between is refused, never run under a policy made for other ops)."""
     policies: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
-    def run(h: torch.Tensor) -> Any:
+    def run(h: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            raise ValueError(f"applied: the selective way runs {type(block).__name__} on its hidden state alone, and "
+                             "the model calls it with other arguments too; keep it, or recompute it in a segment")
         kind = h.device.type
         amp = torch.get_autocast_dtype(kind) if torch.amp.is_autocast_available(kind) \
             and torch.is_autocast_enabled(kind) else None
@@ -70,11 +114,11 @@ def _selectively(block: nn.Module, forward: Callable[..., Any]) -> Callable[[tor
 
 
 def measure_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
-                 loss_fn: Callable[[Any], torch.Tensor], plan: Sequence[Step] | None = None) -> int:
+                 loss_fn: Callable[[Any], torch.Tensor], plan: Sequence[Step] | None = None, blocks: Any = None) -> int:
     """Peak bytes on x's device (the meter) of one steady training step of `model` on `x` under `plan` (None:
     plainly): two steps train the model (drawing from the global generator for dropout), the first making the
     gradients and the optimizer's state, the second measured."""
-    with applied(model, plan) if plan is not None else contextlib.nullcontext():
+    with applied(model, plan, blocks) if plan is not None else contextlib.nullcontext():
         step = train_step(model, opt, x, loss_fn)
         step()
         with MemoryMeter(model, opt, x, device=x.device) as meter:  # the device's bytes: offload moves some out

@@ -23,32 +23,36 @@ __all__ = ["torch_full", "torch_sequential", "CompiledBlocks"]
 
 
 @contextlib.contextmanager
-def torch_full(model: nn.Module) -> Iterator[None]:
-    """While inside, every block of `model` runs under torch.utils.checkpoint (non-reentrant): full
-    recomputation as PyTorch ships it."""
-    blocks = [m for _, m in blocks_of(model)]
+def torch_full(model: nn.Module, blocks: Any = None) -> Iterator[None]:
+    """While inside, every block of `model` (blocks_of(model, blocks)) runs under torch.utils.checkpoint
+    (non-reentrant): full recomputation as PyTorch ships it."""
+    blocks = [m for _, m in blocks_of(model, blocks)]
     ways = [(b, (lambda f: lambda *a, **k: checkpoint(f, *a, use_reentrant=False, **k))(b.forward)) for b in blocks]
     with patched(ways):
         yield
 
 
 @contextlib.contextmanager
-def torch_sequential(model: nn.Module, segments: int | None = None) -> Iterator[None]:
+def torch_sequential(model: nn.Module, segments: int | None = None, blocks: Any = None) -> Iterator[None]:
     """While inside, the blocks of `model` run as one torch.utils.checkpoint.checkpoint_sequential (non-reentrant)
     of `segments` segments (default round(√n)): segments of n // segments blocks, the last one not checkpointed.
-    The first block runs them all; the others pass their input through."""
-    blocks = [m for _, m in blocks_of(model)]
+    The first block runs them all, each with the first block's other arguments (a mask, rotary tables, as a
+    Hugging Face model passes every block the same); the others pass their input through."""
+    blocks = [m for _, m in blocks_of(model, blocks)]
     n = len(blocks)
     segments = segments or max(1, round(math.sqrt(n)))
     if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= n:
         raise ValueError(f"torch_sequential: segments={segments!r} must be an int from 1 to {n} (the blocks)")
     forwards = [b.forward for b in blocks]
-    first = lambda h: checkpoint_sequential(forwards, segments, h, use_reentrant=False)  # noqa: E731
+
+    def first(h: torch.Tensor, *a: Any, **k: Any) -> torch.Tensor:
+        functions = [(lambda x, f=f: f(x, *a, **k)) for f in forwards] if a or k else forwards
+        return checkpoint_sequential(functions, segments, h, use_reentrant=False)
     with patched([(blocks[0], first), *((b, _through) for b in blocks[1:])]):
         yield
 
 
-def _through(h: torch.Tensor) -> torch.Tensor:
+def _through(h: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return h
 
 
@@ -58,8 +62,9 @@ class CompiledBlocks:
     while inside, the blocks run compiled. Per block, as torchtitan compiles its models: each block's backward
     recomputes what its partition left out, while the others keep what theirs kept."""
 
-    def __init__(self, model: nn.Module, budget: float, backend: str = "aot_eager_decomp_partition") -> None:
-        self.blocks = [m for _, m in blocks_of(model)]
+    def __init__(self, model: nn.Module, budget: float, backend: str = "aot_eager_decomp_partition",
+                 blocks: Any = None) -> None:
+        self.blocks = [m for _, m in blocks_of(model, blocks)]
         self.compiled = [Compiled(b.forward, budget, backend) for b in self.blocks]
         self._entered: list[Any] = []
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.instruments.blocks import block_inputs, blocks_of
+from labkit.instruments.blocks import block_calls, blocks_of
 from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.roofline import measure_host_bandwidth
 from labkit.instruments.tensors import cuda_devices, tensor_storages
@@ -30,9 +30,12 @@ __all__ = ["profile_model"]
 
 
 def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], *,
-                  repeats: int = 3, seconds_from: Profile | None = None) -> Profile:
+                  repeats: int = 3, seconds_from: Profile | None = None, blocks: Any = None) -> Profile:
     """Measure a copy of `model` (GPT blocks with `attn.core`, or any blocks: then no selective way) training
-    on `x` with Adam and loss_fn(output). `model` and the random generators are left as they were.
+    on `x` with Adam and loss_fn(output). `model` and the random generators are left as they were. blocks: the
+    model's blocks where they are not its `blocks` or `layers` (labkit.instruments.blocks.blocks_of: the list, or
+    its path, such as "model.layers"); each is called with its hidden state first, and may take other arguments
+    that need no gradient (a Hugging Face block's mask and rotary tables), the same at every step.
 
     act: the ledger's saved bytes under each block; inp: its input's bytes; fwd: its forward's median
     seconds. selective: keeps the input and, by lab 04's trace, every op output outside core attention
@@ -52,27 +55,32 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"profile_model: model must be an nn.Module, got {type(model).__name__}")
-    n = len(blocks_of(model))  # a model without blocks is refused before anything runs
+    n = len(blocks_of(model, blocks))  # a model without blocks is refused before anything runs
     if seconds_from is not None and len(seconds_from.blocks) != n:
         raise ValueError(f"profile_model: seconds_from has {len(seconds_from.blocks)} blocks, the model {n}")
+    if isinstance(blocks, (list, tuple, nn.ModuleList, nn.Sequential)):  # the copy's own blocks, at the same places
+        paths = {id(m): fqn for fqn, m in model.named_modules()}
+        blocks = [paths.get(id(m), "") for m in blocks]
     with working_copy(model, x) as work:
-        return _profile(work, x, loss_fn, repeats, seconds_from)
+        if isinstance(blocks, list):
+            blocks = [work.get_submodule(p) for p in blocks]
+        return _profile(work, x, loss_fn, repeats, seconds_from, blocks)
 
 
 def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], repeats: int,
-             seconds_from: Profile | None) -> Profile:
+             seconds_from: Profile | None, given: Any) -> Profile:
     from labkit.labs.selective import kept_bytes  # lab 04's cost model
 
     opt = torch.optim.Adam(model.parameters())
     step = train_step(model, opt, x, loss_fn)
     step()  # gradients and Adam's state exist from here on
-    ins = block_inputs(model, lambda: model(x), "profile_model")  # each block h -> h, or refused by name
-    windows, top, fixed = _moments(model, opt, x, step)
-    with applied(model, scheme_plan("full", len(ins))):  # each block's rebuild, under full recomputation
-        rebuilds, _, _ = _moments(model, opt, x, train_step(model, opt, x, loss_fn))
+    calls = block_calls(model, lambda: model(x), "profile_model", given)  # each block h, ... -> h, or refused
+    windows, top, fixed = _moments(model, opt, x, step, given)
+    with applied(model, scheme_plan("full", len(calls)), blocks=given):  # each block's rebuild, fully recomputed
+        rebuilds, _, _ = _moments(model, opt, x, train_step(model, opt, x, loss_fn), given)
     t_step = step_seconds(step, x.device, repeats, warmup=0) if seconds_from is None else seconds_from.step
     saved, _ = saved_by(model, x, loss_fn)
-    blocks = blocks_of(model)
+    blocks = blocks_of(model, given)
     kept_after = _saved_later(model, x, [m for _, m in blocks])
     act = [saved_under(saved, fqn) for fqn, _ in blocks]
     # offload's price: a device -> pinned host -> device round trip per byte, measured
@@ -80,11 +88,12 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     if x.is_cuda and seconds_from is not None:
         per_byte = 0.0  # offload's seconds come from seconds_from
     costs = []
-    for i, ((fqn, block), a, h) in enumerate(zip(blocks, act, ins)):
+    for i, ((fqn, block), a, call) in enumerate(zip(blocks, act, calls)):
         given = None if seconds_from is None else seconds_from.blocks[i]
         options: dict[str, Option] = {}
+        h, run = call.h, call.bind(block)  # run: the block as a function of its hidden state
         core = getattr(getattr(block, "attn", None), "core", None)
-        if isinstance(core, nn.Module):
+        if isinstance(core, nn.Module) and run is block:  # lab 04's trace runs a block on its input alone
             ops = traced(block, h)
             keep = policy_of(ops, block, "profile_model")  # as `applied` traces it (lab 04's rule checked)
             kept = nbytes(h) + kept_bytes(ops, keep)  # what the policy caches, beyond what a plain block saves too
@@ -95,8 +104,8 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
             options[SELECTIVE] = Option(kept, max(kept, a + _extra_held(block, h, wrap)), t)
         if per_byte is not None:  # its input may stay on the device: a selective block before it keeps its output
             t = a * per_byte if given is None else given.options[OFFLOAD].seconds
-            options[OFFLOAD] = Option(nbytes(h), a + _extra_held(block, h, offloaded), t)
-        fwd = forward_seconds(block, (h,), repeats) if given is None else given.fwd
+            options[OFFLOAD] = Option(nbytes(h), a + _extra_held(block, h, offloaded, run), t)
+        fwd = forward_seconds(run, (h,), repeats) if given is None else given.fwd
         costs.append(BlockCosts(a, nbytes(h), fwd, options))
     # beside each block's backward, and beside everything kept at the top: the measured peaks less the blocks'
     # activations alive then (plainly, block i's backward runs while blocks 0..i keep theirs; rebuilt under full
@@ -109,7 +118,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
 
 
 def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
-             step: Callable[[], None]) -> tuple[list[int], int, int]:
+             step: Callable[[], None], given: Any = None) -> tuple[list[int], int, int]:
     """The meter's peaks of one steady step: while each block's backward runs (a ValueError where they cannot be
     told apart: counting them as one would under-count), at the step's top (the blocks' forward, what follows
     them, and its backward), and at the moments no plan changes (the optimizer step; before the blocks' forward;
@@ -119,7 +128,7 @@ def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
     on the meter's timeline (block 0's input may need none: then it runs until backward ends), and a forward
     pre-hook marks where block 0's forward starts. Whatever runs between two blocks' backwards (a module between
     them) counts with the block before it, as if that block held all its activations then (never optimistic)."""
-    blocks = [m for _, m in blocks_of(model)]
+    blocks = [m for _, m in blocks_of(model, given)]
     marks: dict[tuple[str, int], int] = {}
 
     def mark(key: tuple[str, int]) -> Callable[..., None]:
@@ -154,7 +163,7 @@ def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
     if missing or any(a > b for a, b in zip(starts, stops)) or any(starts[i] < stops[i + 1] for i in range(n - 1)):
         what = f"no gradient reached block {missing[0]}'s output" if missing else "the blocks' backwards overlap"
         raise ValueError(f"profile_model: cannot tell the blocks' backwards apart ({what}); a plan needs blocks that "
-                         "each take one tensor and return one, each called once per step, in order")
+                         "each take their hidden state and return one tensor, each called once per step, in order")
     windows = [peak(stops[i + 1] if i + 1 < n else starts[i], stops[i]) for i in range(n)]
     return windows, peak(first, starts[-1]), fixed
 
@@ -207,8 +216,10 @@ def _extra_seconds(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any], 
     return max(0.0, (c.ratio - 1) * c.a.median)
 
 
-def _extra_held(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any]) -> int:
-    """Bytes more that a forward and backward of `block` has alive at its peak under wrap(block, x) than plainly
+def _extra_held(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any],
+                run: Callable[[torch.Tensor], Any] | None = None) -> int:
+    """Bytes more that a forward and backward of `block` (run: as a function of its hidden state, default the
+    block itself) has alive at its peak under wrap(run, x) than plainly
     (the meter, on x's device, each from no gradients and the same random draws): what the way rebuilds or
     stages beyond what the block holds plainly. PyTorch's selective checkpoint, for one, reruns the block in
     backward (its kept ops served from its cache, the others run again), and the outputs it recomputes meet
@@ -219,4 +230,5 @@ def _extra_held(block: nn.Module, x: torch.Tensor, wrap: Callable[..., Any]) -> 
         with torch.random.fork_rng(devices=cuda_devices(x)), MemoryMeter(device=x.device) as meter:
             run(x.detach().requires_grad_()).float().sum().backward()
         return meter.peak
-    return max(0, peak(lambda h: wrap(block, h)) - peak(block))
+    run = run or block
+    return max(0, peak(lambda h: wrap(run, h)) - peak(run))

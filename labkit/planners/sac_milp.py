@@ -53,9 +53,11 @@ class TorchStats:
     untimed: set[str] = field(default_factory=set)
 
 
-def torch_stats(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor]) -> TorchStats:
+def torch_stats(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor],
+                blocks: Any = None) -> TorchStats:
     """Run PyTorch's estimators on copies of `model` training on `x` with Adam (the model and the generators
-    are left as they were) and gather what sac_milp needs."""
+    are left as they were) and gather what sac_milp needs; its candidates are the blocks (blocks_of(model,
+    blocks)) and the modules inside them."""
     from torch.distributed._tools.ilp_utils import aggregate_stats, get_peak_memory_runtime_baseline, parse_module_info
 
     with working_copy(model, x) as work:
@@ -65,9 +67,9 @@ def torch_stats(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torc
         info = aggregate_stats(work, tracker, runtime, sac, x.device)
     graph = parse_module_info(info)
     prefix = type(model).__name__
-    blocks = [f"{prefix}.{fqn}" for fqn, _ in blocks_of(model)]
+    found = [f"{prefix}.{fqn}" for fqn, _ in blocks_of(model, blocks)]
     units = [n["fqn"] for n in graph.nodes if not n["is_leaf"] and any(
-        n["fqn"] == b or n["fqn"].startswith(b + ".") for b in blocks)]
+        n["fqn"] == b or n["fqn"].startswith(b + ".") for b in found)]
     return TorchStats(graph, dict(sac.sac_mod_stats), units, get_peak_memory_runtime_baseline(graph)[0], untimed)
 
 
@@ -86,9 +88,12 @@ def _memory(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, loss_
             opt.zero_grad()
             if i == 0:
                 mt.reset_mod_stats()
-    for stats in tracker.memory_tracking.values():  # as the test does: modules whose inputs need no gradient
-        if _ModState.POST_BW not in stats.snapshots:
-            stats.snapshots.setdefault(_ModState.POST_BW, []).append(copy.deepcopy(last))
+    # as the test does for POST_BW: a module with no backward (its inputs and outputs need no gradient, as a
+    # Llama's rotary embedding) gets the step's last snapshot for the backward states it never reached
+    for stats in tracker.memory_tracking.values():
+        for state in (_ModState.PRE_BW, _ModState.PEAK_BW, _ModState.POST_BW):
+            if state not in stats.snapshots:
+                stats.snapshots.setdefault(state, []).append(copy.deepcopy(last))
     return tracker
 
 
