@@ -341,3 +341,19 @@ def largest_batches(rows: Sequence[Mapping[str, object]], budget: int) -> Figure
         a.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     return fig
+
+
+def peers(settings: Sequence[Mapping[str, object]], budgets: Sequence[int],
+          title: str = "the planner against PyTorch's answers") -> Figure:
+    """Every measured setting of each method (`labkit bench plan`'s "settings": measured peak, step ratio) as
+    points, each method's joined in memory order, and the budgets as dotted lines: at each budget, the methods
+    that fit are left of its line, and the lower the faster."""
+    points: dict[str, list[tuple[float, float]]] = {}
+    for r in settings:
+        if "error" not in r:
+            points.setdefault(str(r["method"]), []).append((float(r["measured_peak"]), float(r["step_ratio"])))
+    fig = pareto(points, title=title, xlabel="measured peak of a training step, MiB")
+    (ax,) = fig.axes
+    for b in budgets:
+        ax.axvline(b / MiB, color="0.6", linestyle=":", linewidth=1)
+    return fig

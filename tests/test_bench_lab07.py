@@ -17,7 +17,7 @@ def figures():
 
 def test_plan_bench_prints_its_json_keys(figures):
     json.dumps(figures)
-    assert set(figures) == {"budget_bytes", "plan", "predicted_peak", "measured_peak", "predicted_step_ratio",
+    assert set(figures) == {"machine", "budget_bytes", "plan", "predicted_peak", "measured_peak", "predicted_step_ratio",
                             "measured_step_ratio", "fits", "step_ratio", "largest_batch", "planner_200_blocks_seconds",
                             "budgets", "settings", "peers", "head_to_head", "sac_milp_fed", "sac_milp_plain_peak",
                             "sac_milp_untimed_ops", "planner_over_best_peer_max",

@@ -185,3 +185,47 @@ def test_the_budgets_lie_strictly_between_full_recomputations_peak_and_keeping_e
     low, high = (lk.plans.peak_of(lk.plans.scheme_plan(s, n), prof) for s in ("full", "none"))
     found = budgets(prof, n)
     assert len(found) == 5 and found == sorted(found) and low < found[0] and found[-1] < high
+
+
+def test_the_recorded_sweep_is_bench_plans_output_and_an_unknown_profile_is_refused():
+    from labkit.bench.peers import recorded
+
+    rec = recorded("cpu")
+    assert rec["machine"]["profile"] == "cpu" and len(rec["budgets"]) >= 5
+    assert {r["method"] for r in rec["peers"]} >= {"planner", "torch full", "checkpoint_sequential", "compile budget",
+                                                   "sac_milp"}
+    assert set(rec["foreign"]) == {"gpt2", "llama"}
+    fig = lk.plots.peers(rec["settings"], rec["budgets"])
+    (ax,) = fig.axes
+    assert len(ax.lines) == len({r["method"] for r in rec["settings"]}) + len(rec["budgets"])
+    with pytest.raises(ValueError, match="no figures recorded for profile='nowhere'; recorded: cpu"):
+        recorded("nowhere")
+
+
+def test_pytorchs_selective_checkpoint_refuses_a_policy_that_saves_the_mask_nn_dropout_fills_in_place():
+    """What lab 07 says of GPT-2's rows: on a CPU nn.Dropout fills an empty_like in place (sac_milp's op list shows
+    it), a policy that saves that empty_like (and the in-place ops tied to it, as the per-module solver ties them)
+    is refused by PyTorch's selective checkpoint: an error, never wrong gradients. Without dropout the same
+    policy on the same ops runs."""
+    import dataclasses
+
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from labkit.instruments.blocks import patched
+    from labkit.models.hugging_face import BLOCKS, build, logits_loss
+    from labkit.planners.sac_milp import _under_policy, torch_stats
+
+    cfg, fqn = lk.sizes("tiny").gpt(), "GPT2LMHeadModel.transformer.h.0.mlp"
+    for p in (0.1, 0.0):
+        model, tokens = build("gpt2", dataclasses.replace(cfg, dropout=p), 64), lk.gpt_tokens(cfg, 64)
+        loss = logits_loss(tokens)
+        names = torch_stats(model, tokens, loss, BLOCKS["gpt2"]).sac_stats[fqn].func_names
+        assert (names[-4:-1] == ["empty_like", "bernoulli_", "div_"]) == (p > 0)
+        save = [int(n in ("addmm", "empty_like", "bernoulli_", "div_")) for n in names]
+        mlp = model.get_submodule(fqn.split(".", 1)[1])
+        with patched([(mlp, _under_policy(mlp.forward, names, save, fqn))]):
+            if p > 0:
+                with pytest.raises(RuntimeError, match="cached during selective activation checkpoint has been "
+                                                       "mutated"):
+                    loss(model(tokens)).backward()
+            else:
+                loss(model(tokens)).backward()

@@ -18,7 +18,7 @@ from labkit.bench.lab03 import (
     step_time_ratio,
 )
 from labkit.bench.lab04 import long_config, long_stack, policies, policy_rows
-from labkit.bench import lab04, lab05, lab06, lab07
+from labkit.bench import lab04, lab05, lab06, lab07, peers
 from labkit.bench.lab05 import roofline
 from labkit.bench.lab06 import pitfalls
 from labkit.bench.lab07 import plan

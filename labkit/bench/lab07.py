@@ -253,7 +253,7 @@ def plan() -> dict[str, Any]:
     plans = {"planner": chosen, **{s: scheme_plan(s, n) for s in SCHEMES}}
     by = {r["name"]: r for r in rows(c, plans, budget, repeats=11)}  # the 3% bar: medians of 11 pairs
     mine = by["planner"]
-    return {"budget_bytes": budget, "plan": [[s.start, s.stop, s.how] for s in chosen],
+    return {"machine": machine(size), "budget_bytes": budget, "plan": [[s.start, s.stop, s.how] for s in chosen],
             "predicted_peak": mine["predicted_peak"], "measured_peak": mine["measured_peak"],
             "predicted_step_ratio": mine["predicted_step_ratio"], "measured_step_ratio": mine["measured_step_ratio"],
             "fits": {name: r["fits"] for name, r in by.items()},
@@ -262,6 +262,16 @@ def plan() -> dict[str, Any]:
                                                                        timed=False)},
             "planner_200_blocks_seconds": planning_seconds(plan_blocks),
             **peers_figures(c, plan_for, repeats=11)}
+
+
+def machine(size: Sizes) -> dict[str, Any]:
+    """Where a benchmark ran: torch, the profile, the device (a GPU's name, or the CPU and its cores), the date."""
+    import datetime
+    import os
+
+    device = torch.cuda.get_device_name() if size.device == "cuda" else f"CPU, {os.cpu_count()} cores"
+    return {"torch": torch.__version__, "profile": size.name, "device": device,
+            "date": datetime.date.today().isoformat()}
 
 
 def peers_figures(c: Capstone, plan_for: Callable[[Profile, int], list[Step]], repeats: int = 11) -> dict[str, Any]:

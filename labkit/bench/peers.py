@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +33,22 @@ from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
 from labkit.planners.sac_milp import SacApplied, sac_decisions, torch_stats
 from labkit.plans import describe, peak_of, scheme_plan
 
-__all__ = ["Setting", "settings", "run_settings", "peers_table", "head_to_head", "budgets", "compare_with_peers",
+__all__ = ["recorded", "Setting", "settings", "run_settings", "peers_table", "head_to_head", "budgets", "compare_with_peers",
            "COMPILE_BUDGETS", "SAC_SHARES"]
+
+RECORDED = Path(__file__).parent / "data"  # bench plan's figures, recorded: recorded()
+
+
+def recorded(profile: str = "cpu") -> dict[str, Any]:
+    """What `python -m labkit bench plan --json` printed when the kit recorded it on the `profile` profile
+    (labkit/bench/data/plan_<profile>.json; its "machine" says where): the full sweep takes minutes, so a lab
+    shows it from here."""
+    path = RECORDED / f"plan_{profile}.json"
+    if not path.exists():
+        have = sorted(p.stem.removeprefix("plan_") for p in RECORDED.glob("plan_*.json"))
+        raise ValueError(f"recorded: no figures recorded for profile={profile!r}; recorded: {', '.join(have)}")
+    return json.loads(path.read_text())
+
 
 COMPILE_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)  # activation_memory_budget, each compiled and run
 INDUCTOR_BUDGETS = (1.0, 0.5, 0.0)  # on CUDA: Inductor compiles each budget in tens of seconds
@@ -48,6 +64,7 @@ class Setting:
     setting: str
     context: Callable[[], contextlib.AbstractContextManager[Any]]
     ran: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    error: str | None = None  # why it cannot run (PyTorch's own solver found no policy), reported as such
 
 
 def settings(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], plans: dict[int, list],
@@ -79,8 +96,13 @@ def settings(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
         if decisions in seen:
             continue
         seen.append(decisions)
-        way = SacApplied(model, stats, decisions)
-        found.append(Setting("sac_milp", f"{share:g} of its peak: " + _short(decisions), lambda w=way: w))
+        name = f"{share:g} of its peak: " + _short(decisions)
+        try:
+            way = SacApplied(model, stats, decisions)
+        except ValueError as e:
+            found.append(Setting("sac_milp", name, contextlib.nullcontext, error=f"ValueError: {e}"))
+            continue
+        found.append(Setting("sac_milp", name, lambda w=way: w))
     notes = {"sac_milp_fed": "on CUDA PyTorch's estimators whole; on a CPU, each op's runtime by the kit's stopwatch "
                              "(PyTorch's estimators time ops with CUDA events only), the rest PyTorch's",
              "sac_milp_plain_peak": stats.baseline_bytes, "sac_milp_untimed_ops": sorted(stats.untimed)}
@@ -107,6 +129,9 @@ def run_settings(found: list[Setting], model: nn.Module, opt: torch.optim.Optimi
     plain_step = _step(model, opt, x, loss_fn)
     rows = []
     for s in found:
+        if s.error is not None:
+            rows.append({"method": s.method, "setting": s.setting, "error": s.error[:300]})
+            continue
         try:
             with s.ran():
                 with s.context():
