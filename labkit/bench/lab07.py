@@ -290,4 +290,5 @@ def peers_figures(c: Capstone, plan_for: Callable[[Profile, int], list[Step]], r
         return {**figures, "foreign": "transformers is not installed (pip install transformers)"}
     from labkit.bench.peers import foreign_figures
 
-    return {**figures, "foreign": foreign_figures(c.model.cfg, c.model.vocab, plan_for, repeats=5)}
+    return {**figures, "foreign": foreign_figures(c.model.cfg, c.model.vocab, plan_for, repeats=5,
+                                                  device=c.tokens.device)}

@@ -33,8 +33,8 @@ from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
 from labkit.planners.sac_milp import SacApplied, sac_decisions, torch_stats
 from labkit.plans import describe, peak_of, scheme_plan
 
-__all__ = ["recorded", "Setting", "settings", "run_settings", "peers_table", "head_to_head", "budgets", "compare_with_peers",
-           "COMPILE_BUDGETS", "SAC_SHARES"]
+__all__ = ["recorded", "Setting", "settings", "run_settings", "peers_table", "head_to_head", "budgets",
+           "compare_with_peers", "foreign_figures", "COMPILE_BUDGETS", "SAC_SHARES"]
 
 RECORDED = Path(__file__).parent / "data"  # bench plan's figures, recorded: recorded()
 
@@ -79,7 +79,8 @@ def settings(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     found.append(Setting("torch full", "every block", lambda: torch_full(model, blocks)))
     k = max(1, round(math.sqrt(n)))
     found.append(Setting("checkpoint_sequential", f"{k} segments", lambda: torch_sequential(model, k, blocks)))
-    backends = [("aot_eager_decomp_partition", compile_budgets)] + ([("inductor", INDUCTOR_BUDGETS)] if inductor else [])
+    backends = [("aot_eager_decomp_partition", compile_budgets)]
+    backends += [("inductor", INDUCTOR_BUDGETS)] if inductor else []
     for backend, fractions in backends:
         for budget in fractions:
             compiled = CompiledBlocks(model, budget, backend, blocks)
@@ -249,11 +250,11 @@ def compare_with_peers(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any
 
 
 def foreign_figures(cfg: Any, vocab: int, plan_for: Callable[[Any, int], list], repeats: int = 5,
-                    names: Sequence[str] = ("gpt2", "llama")) -> dict[str, Any]:
+                    names: Sequence[str] = ("gpt2", "llama"), device: str | torch.device = "cpu") -> dict[str, Any]:
     """Lab 07's planner on models no one here wrote: GPT-2 and Llama from `transformers`, built from their configs
     at the capstone's shapes (labkit.models.hugging_face), profiled with blocks= where Hugging Face keeps them,
-    planned halfway between full recomputation's predicted peak and keeping everything's, and run: the measured
-    peak against the budget, three training steps against plain ones (losses and weights, bit for bit), and the
+    planned halfway between full recomputation's predicted peak and keeping everything's, and run on `device`: the
+    measured peak against the budget, three training steps against plain ones (losses and weights, bit for bit), and the
     planner against every peer at that budget."""
     from labkit.models import gpt_tokens
     from labkit.models.hugging_face import BLOCKS, build, logits_loss
@@ -261,7 +262,7 @@ def foreign_figures(cfg: Any, vocab: int, plan_for: Callable[[Any, int], list], 
 
     out: dict[str, Any] = {}
     for name in names:
-        model, tokens = build(name, cfg, vocab), gpt_tokens(cfg, vocab)
+        model, tokens = build(name, cfg, vocab).to(device), gpt_tokens(cfg, vocab, device=device)
         loss, path = logits_loss(tokens), BLOCKS[name]
         profile = profile_model(model, tokens, loss, repeats=repeats, blocks=path)
         found = compare_with_peers(model, tokens, loss, profile, plan_for, count=1, repeats=repeats, blocks=path)

@@ -1,7 +1,8 @@
 """A model's blocks, and running them another way for a while.
 
 ``blocks_of(model)`` finds the blocks a per-block scheme runs: the items of the model's ``blocks`` (or ``layers``)
-list, or those given (``blocks=``); ``block_calls`` how the model calls them. ``patched`` is the one way the kit changes how a module runs: while inside, each module's ``forward`` is the
+list, or those given (``blocks=``); ``block_calls`` how the model calls them. ``patched`` is the one way the kit
+changes how a module runs: while inside, each module's ``forward`` is the
 function given for it; on the way out, whatever ``forward`` the module had when it came in is back (its class's,
 or a patch made before), also when the block raised. ``wrapped`` and ``wrap_blocks`` build on it.
 """

@@ -54,7 +54,7 @@ def applied(model: nn.Module, plan: Sequence[Step], blocks: Any = None) -> Itera
 
 
 def _segment(forwards: Sequence[Callable[..., Any]], checkpoint_hooks: Callable[..., Any],
-             run_layers: Callable[..., Any], start: int) -> tuple[Callable[..., Any], Callable[[int], Callable[..., Any]]]:
+             run_layers: Callable[..., Any], start: int) -> tuple[Callable[..., Any], Callable[[int], Callable]]:
     """A recomputed segment's first block, which runs every block of it under one checkpoint (with its own
     other arguments), and its later blocks, which pass their input through, each checking that it was called
     with the arguments the segment ran it with (never silently other masks)."""
