@@ -5,9 +5,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from labkit.instruments.meter import MemoryMeter, measure_peak
+from labkit.instruments.meter import MemoryMeter
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.models.layers import dtype_name
 from labkit.env.profile import sizes
@@ -89,6 +90,13 @@ def stack_step(model: GPTStack, x: torch.Tensor, run_block: Callable, backward: 
     return run
 
 
+def _metered(step: Callable[[], Any], model: nn.Module, x: torch.Tensor) -> MemoryMeter:
+    """One step under a meter that records every tensor's life (lk.plots.lifetimes draws it)."""
+    with MemoryMeter(model, x, lifetimes=True) as meter:
+        meter.result = step()
+    return meter
+
+
 def step_meters(checkpoints: dict[str, Checkpoint], size: Sizes | None = None) -> tuple[GPTConfig, dict[str, MemoryMeter]]:
     """The comparison's stack (recompute_config), one metered step under each named checkpoint, after a
     warm-up step: (the stack's config, {name: MemoryMeter})."""
@@ -99,7 +107,7 @@ def step_meters(checkpoints: dict[str, Checkpoint], size: Sizes | None = None) -
     meters = {}
     for name, ckpt in checkpoints.items():
         stack_step(model, x, ckpt)()
-        meters[name] = measure_peak(stack_step(model, x, ckpt), track=(model, x))
+        meters[name] = _metered(stack_step(model, x, ckpt), model, x)
     return cfg, meters
 
 
@@ -125,7 +133,7 @@ def recompute_comparison(checkpoint: Checkpoint, size: Sizes | None = None) -> R
     got = [p.grad for p in model.parameters()] + [x.grad]  # the last step's: yours
     equal = all(torch.equal(a, b) for a, b in zip(want, got))
     del want, got
-    meters = {name: measure_peak(step(ckpt), track=(model, x)) for name, ckpt in variants.items()}
+    meters = {name: _metered(step(ckpt), model, x) for name, ckpt in variants.items()}
     vs_torch = compare(step(_torch_checkpoint), step(checkpoint), repeats=size.repeats, device=size.device)
     vs_none = compare(step(_no_checkpoint), step(checkpoint), repeats=size.repeats, device=size.device)
     return RecomputeResult(cfg, meters, vs_torch.ratio, vs_none.ratio, equal)

@@ -21,6 +21,7 @@ storage is counted until it is freed, wherever that happens.
 from __future__ import annotations
 
 import contextlib
+import pickle
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from labkit.instruments.tensors import check_callable, check_not_meta, op_name, tensor_storages
 
-__all__ = ["Event", "MemoryMeter", "measure_peak", "active_meter"]
+__all__ = ["Event", "Lifetime", "MemoryMeter", "measure_peak", "active_meter"]
 
 _ENTERED: list[MemoryMeter] = []  # meters inside their region, innermost last
 
@@ -55,6 +56,22 @@ class Event:
     delta: int  # +bytes allocated / -bytes freed
 
 
+@dataclass(frozen=True, slots=True)
+class Lifetime:
+    """One storage's life in a meter's region (MemoryMeter(lifetimes=True)): counted from event `start` (-1: alive
+    before the region) until event `end` (None: still alive after it), its bytes, the op that made it ("track":
+    tracked at entry), the phase then, and the innermost module whose forward was running (None: none, as in
+    backward outside a recomputation, or the optimizer's step). At every event i, the bytes of the lifetimes
+    with start <= i < end are the meter's live bytes after it."""
+
+    start: int
+    end: int | None
+    nbytes: int
+    op: str
+    phase: str
+    module: str | None
+
+
 class _Watcher(TorchDispatchMode):
     def __init__(self, meter: MemoryMeter) -> None:
         super().__init__()
@@ -70,10 +87,12 @@ class _Watcher(TorchDispatchMode):
 class MemoryMeter:
     """Context manager measuring live tensor bytes (see module doc for the phases)."""
 
-    def __init__(self, *track: Any, history: bool = False, device: torch.device | str | None = None) -> None:
+    def __init__(self, *track: Any, history: bool = False, device: torch.device | str | None = None,
+                 lifetimes: bool = False) -> None:
         """track: modules, optimizers, tensors (or lists of them) alive before entry, counted from the start.
         device: count only storages on it ("cuda" is the current GPU), as a budget of one device's memory does
-        (a step that offloads to the host); None: every device."""
+        (a step that offloads to the host); None: every device. lifetimes: record each storage's life
+        (``lifetimes``), named by the tracked modules' names."""
         self._track = _flatten_track(track)
         self.history = history
         self.device = None if device is None else torch.device(device)
@@ -92,6 +111,12 @@ class MemoryMeter:
         self._recording = False
         self._used = False
         self._cuda_base = 0
+        self._record_lives = lifetimes
+        self._lives: dict[int, list] = {}  # StorageImpl address -> [start, end, nbytes, op, phase, module]
+        self._done: list[list] = []  # lives ended
+        self._names: dict[int, str] = {}  # id(module) -> its name in a tracked module
+        self._running: list[str] = []  # the modules whose forward is running, innermost last
+        self._track_modules: list[nn.Module] = []  # until entry: the tracked modules, for their names
         self._stack: contextlib.ExitStack | None = None
         self._lock = threading.RLock()
 
@@ -112,6 +137,27 @@ class MemoryMeter:
         ref = weakref.ref(st, lambda _ref, key=key: self._on_free(key))
         self._blocks[key] = [ref, st.nbytes()]
         self._change(st.nbytes(), op)
+        self._begin(key, st.nbytes(), op)
+
+    def _begin(self, key: int, nbytes: int, op: str) -> None:
+        if self._record_lives and nbytes:
+            start = len(self.timeline) - 1 if self._recording else -1
+            module = self._running[-1] if self._running else None
+            self._lives[key] = [start, None, nbytes, op, self._current_phase() if self._recording else "track", module]
+
+    def _end(self, key: int) -> None:
+        life = self._lives.pop(key, None)
+        if life is not None:
+            life[1] = len(self.timeline) - 1
+            self._done.append(life)
+
+    @property
+    def lifetimes(self) -> list[Lifetime]:
+        """Every storage's life in the region, in the order they began (MemoryMeter(lifetimes=True))."""
+        if not self._record_lives:
+            raise ValueError("MemoryMeter: lifetimes are recorded only by MemoryMeter(..., lifetimes=True)")
+        lives = sorted([*self._done, *self._lives.values()], key=lambda v: v[0])
+        return [Lifetime(*v) for v in lives]
 
     def _counts(self, device: torch.device) -> bool:
         if self.device is None:
@@ -127,6 +173,7 @@ class MemoryMeter:
         block = self._blocks.pop(key, None)
         if block is not None and self._recording:
             self._change(-block[1], "free")
+            self._end(key)
 
     def _change(self, delta: int, op: str) -> None:
         if not self._recording or delta == 0:
@@ -145,6 +192,9 @@ class MemoryMeter:
         if block is not None and block[1] != st.nbytes():
             delta, block[1] = st.nbytes() - block[1], st.nbytes()
             self._change(delta, "resize_")
+            if st._cdata in self._lives:  # one life ends and another, of the new size, begins
+                self._end(st._cdata)
+                self._begin(st._cdata, st.nbytes(), "resize_")
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -172,6 +222,16 @@ class MemoryMeter:
         with _Watcher(self):
             yield
 
+    def dump_snapshot(self, path: str) -> None:
+        """Write the CUDA allocator's snapshot of the region (a meter with history=True on CUDA) as
+        torch.cuda.memory._dump_snapshot writes one, for PyTorch's own viewer: drop the file on
+        https://pytorch.org/memory_viz to see every allocation of the step, with the code that made it."""
+        if self.cuda_snapshot is None:
+            raise ValueError("MemoryMeter.dump_snapshot: no CUDA snapshot; it is taken by MemoryMeter(..., "
+                             "history=True) around work on a CUDA device")
+        with open(path, "wb") as f:
+            pickle.dump(self.cuda_snapshot, f)
+
     # -- context
     def __enter__(self) -> MemoryMeter:
         if self._used:
@@ -182,11 +242,14 @@ class MemoryMeter:
         with contextlib.ExitStack() as stack:
             for st in _tracked_storages(self._track):
                 self._register(st, "track")
+            self._track_modules = [m for m in self._track if isinstance(m, nn.Module) and self._record_lives]
             self._track = []  # registered by storage: a meter kept after its region holds no model alive
             self.baseline = self.peak = self.live = sum(b[1] for b in self._blocks.values())
             stack.callback(self._blocks.clear)  # drops the weakrefs, so no callback fires after exit
             self._install_optimizer_hooks(stack)
             self._install_resize_hook(stack)
+            if self._record_lives:
+                self._install_module_hooks(stack)
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 self._enter_cuda(stack)
             self._recording = True
@@ -210,6 +273,25 @@ class MemoryMeter:
 
         stack.callback(register_optimizer_step_pre_hook(pre).remove)
         stack.callback(register_optimizer_step_post_hook(post).remove)
+
+    def _install_module_hooks(self, stack: contextlib.ExitStack) -> None:
+        """Global forward hooks keep the stack of running modules, each named as the tracked module that holds it
+        names it (an untracked one: by its class)."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        for obj in self._track_modules:
+            self._names.update({id(m): n or type(obj).__name__ for n, m in obj.named_modules()})
+        self._track_modules = []  # names by id only: no module kept alive
+
+        def pre(module: nn.Module, args: Any) -> None:
+            self._running.append(self._names.get(id(module), type(module).__name__))
+
+        def post(module: nn.Module, args: Any, out: Any) -> None:
+            if self._running:
+                self._running.pop()
+
+        stack.callback(register_module_forward_pre_hook(pre).remove)
+        stack.callback(register_module_forward_hook(post, always_call=True).remove)
 
     def _install_resize_hook(self, stack: contextlib.ExitStack) -> None:
         # UntypedStorage.resize_ bypasses dispatch (FSDP frees params this way); MemTracker patches it too

@@ -357,3 +357,8 @@ def peers(settings: Sequence[Mapping[str, object]], budgets: Sequence[int],
     for b in budgets:
         ax.axvline(b / MiB, color="0.6", linestyle=":", linewidth=1)
     return fig
+
+
+from labkit.plots.lifetimes import (  # noqa: E402  (they use the helpers above)
+    lifetimes, lifetimes_compared, moments, step_frames, step_moment,
+)

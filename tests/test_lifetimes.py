@@ -1,0 +1,160 @@
+"""Every tensor's life (MemoryMeter(lifetimes=True), labkit.instruments.lifetimes, lk.plots.lifetimes): the bands
+add up to the meter's live total at every event, to the byte, on a plain step, a checkpointed one and one that
+offloads; each tensor is named by the module that made it, a recomputed one too."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import labkit as lk
+from labkit.instruments.lifetimes import alive_at, label, layout, top_at
+from labkit.instruments.meter import MemoryMeter
+
+
+def _stack(n_layers: int = 3):
+    cfg = lk.sizes("tiny").gpt(n_layers=n_layers, dropout=0.1)
+    torch.manual_seed(0)
+    return lk.GPTStack(cfg), lk.gpt_input(cfg, requires_grad=True)
+
+
+def _step(model, x, opt, wrap=None):
+    def run() -> None:
+        opt.zero_grad(set_to_none=True)
+        h = x
+        for block in model.blocks:
+            h = block(h) if wrap is None else wrap(block, h)
+        h.float().pow(2).mean().backward()
+        opt.step()
+    return run
+
+
+def _metered(wrap=None) -> MemoryMeter:
+    model, x = _stack()
+    opt = torch.optim.Adam(model.parameters())
+    step = _step(model, x, opt, wrap)
+    step()
+    with MemoryMeter(model, opt, x, lifetimes=True) as meter:
+        step()
+    return meter
+
+
+def _stacked_top(bands, i: int) -> int:
+    """The top of the stack of bands after event i: the highest bottom + height among those alive then."""
+    tops = [0]
+    for b in bands:
+        if b.xs[0] <= i < b.xs[-1]:
+            j = max(k for k in range(len(b.bottoms)) if b.xs[k] <= i)
+            tops.append(b.bottoms[j] + b.nbytes)
+    return max(tops)
+
+
+WAYS = {"plain": None,
+        "checkpoint": lambda block, h: checkpoint(block, h, use_reentrant=False),
+        "offload": lambda block, h: _offloaded(block, h)}
+
+
+def _offloaded(block, h):
+    with torch.autograd.graph.save_on_cpu():
+        return block(h)
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_the_bands_add_up_to_the_meters_live_total_at_every_event_to_the_byte(way):
+    meter = _metered(WAYS[way])
+    lives, events = meter.lifetimes, meter.timeline
+    assert events and lives
+    bands = layout(lives, len(events))
+    assert len(bands) == len(lives)
+    for i, e in enumerate(events):
+        assert sum(life.nbytes for life in alive_at(lives, i)) == e.live_bytes, (way, i)
+        assert _stacked_top(bands, i) == e.live_bytes, (way, i)
+    assert sum(life.nbytes for life in alive_at(lives, -1)) == meter.baseline
+
+
+def test_each_tensor_is_named_by_the_module_that_made_it_and_a_recomputed_one_is_recompute():
+    meter = _metered(WAYS["checkpoint"])
+    lives = meter.lifetimes
+    forward = {label(life) for life in lives if life.phase == "forward" and life.module}
+    assert {"blocks.0", "blocks.1", "blocks.2"} <= forward
+    rebuilt = [life for life in lives if life.phase == "recompute"]
+    assert rebuilt and all(life.module and life.module.startswith("blocks.") for life in rebuilt)
+    assert any(life.phase == "track" and life.start == -1 for life in lives)  # parameters, Adam's state
+    peak = max(range(len(meter.timeline)), key=lambda i: meter.timeline[i].live_bytes)
+    held = top_at(lives, peak, k=3)
+    assert len(held) == 3 and held == sorted(held, key=lambda kv: -kv[1])
+    assert label(rebuilt[0], depth=1) == "blocks"
+
+
+def test_lifetimes_are_recorded_only_when_asked_and_hold_no_module_alive():
+    model, x = _stack(1)
+    with MemoryMeter(model, x) as meter:
+        model(x).sum().backward()
+    with pytest.raises(ValueError, match="lifetimes=True"):
+        meter.lifetimes
+    ref = weakref.ref(model)
+    with MemoryMeter(model, x, lifetimes=True) as meter:
+        model(x).sum().backward()
+    del model
+    gc.collect()
+    assert ref() is None and meter.lifetimes
+
+
+def test_the_figure_draws_a_band_per_tensor_and_refuses_what_is_not_a_meter():
+    meter = _metered()
+    fig = lk.plots.lifetimes(meter)
+    (ax,) = fig.axes
+    (bands,) = ax.collections
+    assert len(bands.get_paths()) == len(meter.lifetimes)
+    with pytest.raises(TypeError, match="expected a MemoryMeter"):
+        lk.plots.lifetimes([meter])
+
+
+def test_a_cuda_snapshot_is_written_only_where_one_was_taken(tmp_path):
+    meter = _metered()
+    with pytest.raises(ValueError, match="no CUDA snapshot"):
+        meter.dump_snapshot(str(tmp_path / "step.pickle"))
+    meter.cuda_snapshot = {"segments": [], "device_traces": []}  # as torch.cuda.memory._snapshot() returns
+    meter.dump_snapshot(str(tmp_path / "step.pickle"))
+    import pickle
+
+    assert pickle.loads((tmp_path / "step.pickle").read_bytes()) == meter.cuda_snapshot
+
+
+def test_the_step_player_redraws_the_moment_its_slider_and_scheme_choose_and_refuses_bad_input(monkeypatch):
+    import labkit.widgets as W
+
+    meters = {"plain": _metered(), "checkpoint": _metered(WAYS["checkpoint"])}
+    drawn = []
+    real = W.step_moment
+    monkeypatch.setattr(W, "step_moment", lambda meter, i, *a, **k: drawn.append((meter, i)) or real(meter, i, *a, **k))
+    box = lk.widgets.step_player(meters, budget=10**6, frames=5)
+    scheme, play, moment = box.children[0].children
+    assert drawn[-1] == (meters["plain"], 0)
+    moment.value = 4  # the last frame is the step's last event
+    assert drawn[-1] == (meters["plain"], len(meters["plain"].timeline) - 1)
+    scheme.value = "checkpoint"
+    assert drawn[-1] == (meters["checkpoint"], len(meters["checkpoint"].timeline) - 1)
+    moment.value = 2
+    assert drawn[-1][1] == round(2 * (len(meters["checkpoint"].timeline) - 1) / 4)
+    with pytest.raises(ValueError, match="frames=1 must be an int >= 2"):
+        lk.widgets.step_player(meters, frames=1)
+    with pytest.raises(ValueError, match="pass {scheme: MemoryMeter}"):
+        lk.widgets.step_player({})
+    with pytest.raises(ValueError, match="i=-1 must be an event of the step"):
+        lk.plots.step_moment(meters["plain"], -1)
+
+
+def test_the_static_twin_shows_the_steps_moments_in_order_each_stacked_to_its_live_total():
+    meter = _metered(WAYS["checkpoint"])
+    at = lk.plots.moments(meter)
+    assert list(at.values()) == sorted(at.values()) and set(at) == {"end of forward", "peak", "mid backward", "end"}
+    assert meter.timeline[at["end of forward"]].phase == "forward"
+    assert at["peak"] == max(range(len(meter.timeline)), key=lambda i: meter.timeline[i].live_bytes)
+    fig = lk.plots.step_frames(meter, budget=10**6)
+    for ax, i in zip(fig.axes, at.values()):
+        stacked = sum(p.get_height() for p in ax.patches)
+        assert stacked == pytest.approx(meter.timeline[i].live_bytes / 2**20)
