@@ -6,10 +6,11 @@ the figure of its current state.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from labkit.instruments.meter import MemoryMeter
-from labkit.plots import segments_figure, step_moment
+from labkit.plots import roofline, segments_figure, step_moment
+from labkit.plots.explorers import crossover_at, keep_at, keep_front, plan_at
 
 
 def segments_explorer(model: Callable[..., int], input_bytes: int, layer_bytes: int, extra_bytes: int = 0,
@@ -66,3 +67,111 @@ def step_player(meters: Mapping[str, MemoryMeter], budget: int | None = None, de
     moment.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([scheme, play, moment]), out])
+
+
+def crossover_explorer(alpha: float, beta: float, measured_batch: int, states: Mapping[str, int], batch: int,
+                       seq: int, max_batch: int = 64, max_seq: int = 8192):  # -> ipywidgets.VBox
+    """Sliders for the batch and the sequence length; redraws plots.crossover_at, the activations of lab 01's
+    GPT stack from its measured model (alpha·s + beta·s² at measured_batch) against each training state."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    if not 1 <= batch <= max_batch or not 1 <= seq <= max_seq:
+        raise ValueError(f"crossover_explorer: need 1 <= batch ({batch}) <= max_batch ({max_batch}) and 1 <= seq "
+                         f"({seq}) <= max_seq ({max_seq})")
+    b = w.IntSlider(value=batch, min=1, max=max_batch, description="batch", continuous_update=False)
+    s = w.IntSlider(value=seq, min=1, max=max_seq, description="sequence", continuous_update=False)
+    out = w.Output()
+
+    def redraw(*_: object) -> None:
+        with out:
+            out.clear_output(wait=True)
+            display(crossover_at(alpha, beta, measured_batch, states, b.value, s.value, max_seq))
+
+    b.observe(redraw, names="value")
+    s.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([b, s]), out])
+
+
+def keep_explorer(ops: Sequence, keep: Callable, kept_bytes: Callable, cost: Callable, budget: int,
+                  points: int = 24):  # -> ipywidgets.VBox
+    """A budget slider over lab 04's policy (`keep(ops, budget)`, priced by its `kept_bytes` and recompute
+    `cost`): redraws plots.keep_at, the ops it keeps and its point on the front of every budget."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    front = keep_front(ops, keep, kept_bytes, cost, points)
+    most = front[-1][0]
+    if not 0 <= budget <= most:
+        raise ValueError(f"keep_explorer: budget={budget:,} B must be from 0 to {most:,} (keeping every candidate)")
+    step = max(1, most // 200)
+    slider = w.IntSlider(value=budget, min=0, max=most, step=step, description="budget B", continuous_update=False,
+                         layout=w.Layout(width="60%"))
+    out = w.Output()
+
+    def redraw(*_: object) -> None:
+        chosen = keep(ops, slider.value)
+        with out:
+            out.clear_output(wait=True)
+            display(keep_at(ops, front, slider.value, chosen, kept_bytes(ops, chosen), cost(ops, chosen)))
+
+    slider.observe(redraw, names="value")
+    redraw()
+    return w.VBox([slider, out])
+
+
+def roofline_explorer(roofs: Mapping[str, object], ops: Sequence):  # -> ipywidgets.VBox
+    """A slider over roofs (this machine's, per dtype, and spec sheets' Ceilings): redraws plots.roofline of the
+    block's measured ops under the roof chosen, saying how many ops fall left of its ridge (memory-bound)."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    from labkit.instruments.roofline import intensity, moves_data
+
+    if not roofs:
+        raise ValueError("roofline_explorer: pass {name: Ceilings}, at least one")
+    data = [r for r in ops if moves_data(r)]
+    pick = w.SelectionSlider(options=list(roofs), description="roof", continuous_update=False,
+                             layout=w.Layout(width="70%"))
+    out = w.Output()
+
+    def redraw(*_: object) -> None:
+        roof = roofs[pick.value]
+        below = sum(intensity(r) < roof.ridge for r in data)
+        with out:
+            out.clear_output(wait=True)
+            display(roofline(roof, ops, title=f"{pick.value}: ridge {roof.ridge:.1f} FLOP/byte; {below} of "
+                                              f"{len(data)} ops left of it (memory-bound)"))
+
+    pick.observe(redraw, names="value")
+    redraw()
+    return w.VBox([pick, out])
+
+
+def plan_explorer(profile, planner: Callable, budget: int, peak_of: Callable, step_ratio: Callable,
+                  batch_of: Callable[[int], int] | None = None):  # -> ipywidgets.VBox
+    """A budget slider over lab 07's planner (`planner(profile, budget)`, the plan or None): redraws
+    plots.plan_at, the plan, its predicted peak (peak_of) and step time (step_ratio), and, where batch_of is
+    given, the largest batch it predicts fits the budget."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    low, high = profile.floor, sum(b.act for b in profile.blocks) + profile.base
+    high = max(high, budget)
+    slider = w.FloatSlider(value=budget / 2**20, min=low / 2**20, max=high * 1.05 / 2**20, step=0.05,
+                           description="budget MiB", continuous_update=False, layout=w.Layout(width="60%"))
+    out = w.Output()
+
+    def redraw(*_: object) -> None:
+        b = int(slider.value * 2**20)
+        plan = planner(profile, b)
+        with out:
+            out.clear_output(wait=True)
+            display(plan_at(profile, plan, b, peak_of(plan, profile) if plan else None,
+                            step_ratio(plan, profile) if plan else None,
+                            batch_of(b) if batch_of is not None else None))
+
+    slider.observe(redraw, names="value")
+    redraw()
+    return w.VBox([slider, out])

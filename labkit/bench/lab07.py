@@ -29,6 +29,7 @@ from labkit.planners import applied, largest_batch, measure_step, profile_model
 from labkit.plans import SCHEMES, BlockCosts, Option, Profile, Step, describe, peak_of, scheme_plan, step_ratio
 
 __all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", "MEASURED", "at_batch", "batch_rows",
+           "batch_profiles", "predicted_batch",
            "random_profile", "planning_seconds", "train_losses", "plan"]
 
 
@@ -142,6 +143,25 @@ def _metered_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Te
 OVER = 1.25  # a batch whose predicted peak is this far over the budget is not run (see batch_rows)
 
 
+def batch_profiles(size: Sizes, reference: Profile) -> tuple[Profile, Profile]:
+    """The lab's model profiled at the batches at_batch draws its line through (MEASURED), bytes only (its times
+    are reference's); the model and the generators are left as they were."""
+    cfg, vocab = capstone_config(size, 1)
+    with torch.random.fork_rng(devices=cuda_devices(torch.empty(0, device=size.device))):
+        model = GPT(cfg, vocab).to(size.device)
+        one, two = (profile_model(model, t, lambda out, t=t: next_token_loss(out, t), repeats=1,
+                                  seconds_from=reference)
+                    for t in (_tokens(cfg, vocab, b, size.device) for b in MEASURED))
+    return one, two
+
+
+def predicted_batch(one: Profile, two: Profile, planner: Callable[[Profile, int], list[Step] | None], budget: int,
+                    start: int = 1, most: int = 64) -> int:
+    """The largest batch (up to `most`) the planner finds a plan for within `budget`, from the bytes at_batch
+    draws through `one` and `two`: predicted, not measured (batch_rows measures)."""
+    return largest_batch(lambda b: planner(at_batch(one, two, b), budget) is not None, start, most)
+
+
 def batch_rows(size: Sizes, budget: int, planner: Callable[[Profile, int], list[Step] | None],
                reference: Profile, most: int = 64, repeats: int = 3, timed: bool = True) -> list[dict[str, Any]]:
     """For each scheme and the planner: the largest batch (up to `most`) whose steady step's measured peak fits
@@ -158,11 +178,8 @@ def batch_rows(size: Sizes, budget: int, planner: Callable[[Profile, int], list[
     """
     cfg, vocab = capstone_config(size, 1)
     n, out = len(reference.blocks), []
+    one, two = batch_profiles(size, reference)
     with torch.random.fork_rng(devices=cuda_devices(torch.empty(0, device=size.device))):
-        model = GPT(cfg, vocab).to(size.device)
-        one, two = (profile_model(model, t, lambda out, t=t: next_token_loss(out, t), repeats=1,
-                                  seconds_from=reference)
-                    for t in (_tokens(cfg, vocab, b, size.device) for b in MEASURED))
         for name in (*SCHEMES, "planner"):
             model = GPT(cfg, vocab).to(size.device)
             opt = torch.optim.Adam(model.parameters())

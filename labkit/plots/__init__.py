@@ -1,4 +1,7 @@
-"""Figures for the labs; every function returns a matplotlib Figure (display it by ending a cell with it)."""
+"""Figures for the labs; every function returns a matplotlib Figure (display it by ending a cell with it).
+
+Shared helpers are in base.py; every tensor's life in lifetimes.py; the figures the explorers (labkit.widgets)
+redraw in explorers.py; all of them are lk.plots.NAME."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -6,45 +9,13 @@ from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter
 
 from labkit.instruments.ledger import Ledger
 from labkit.instruments.meter import MemoryMeter
 from labkit.models.layers import dtype_name
-
-PHASE_COLOURS = {"forward": "#4c72b0", "backward": "#dd8452", "recompute": "#55a868", "optimizer": "#8172b3"}
-MiB = 2 ** 20
-
-
-def _new(ncols: int = 1, width: float = 7.0, height: float = 3.6, sharey: bool = False) -> tuple[Figure, list]:
-    """A figure with `ncols` axes, closed for pyplot so cells show it once (as the returned value)."""
-    fig, axes = plt.subplots(1, ncols, figsize=(width, height), sharey=sharey, squeeze=False)
-    plt.close(fig)
-    return fig, list(axes[0])
-
-
-def _phase_spans(meter: MemoryMeter) -> list[tuple[str, int, int]]:
-    """Runs of consecutive events in one phase: (phase, first index, last index)."""
-    spans: list[tuple[str, int, int]] = []
-    for e in meter.timeline:
-        if spans and spans[-1][0] == e.phase:
-            spans[-1] = (e.phase, spans[-1][1], e.index)
-        else:
-            spans.append((e.phase, e.index, e.index))
-    return spans
-
-
-class _PlainLog(LogFormatter):
-    """matplotlib's choice of which log ticks to label, each written plainly: 0.1, 6, 20, 1e+06."""
-
-    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
-        return f"{x:g}"
-
-
-def _plain_log_labels(axis) -> None:
-    """A base-10 log axis labelled 0.1, 6, 20 rather than 10⁻¹ or 6×10⁰."""
-    axis.set_major_formatter(_PlainLog())
-    axis.set_minor_formatter(_PlainLog(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+from labkit.plots.base import PHASE_COLOURS, MiB, _new, _phase_spans, _plain_log_labels, _PlainLog  # noqa: F401
+from labkit.plots.explorers import crossover_at, keep_at, keep_front, plan_at  # noqa: F401  (lk.plots.NAME)
+from labkit.plots.lifetimes import lifetimes, lifetimes_compared, moments, step_frames, step_moment  # noqa: F401
 
 
 def _draw_timeline(ax, meter: MemoryMeter, title: str) -> None:
@@ -357,8 +328,3 @@ def peers(settings: Sequence[Mapping[str, object]], budgets: Sequence[int],
     for b in budgets:
         ax.axvline(b / MiB, color="0.6", linestyle=":", linewidth=1)
     return fig
-
-
-from labkit.plots.lifetimes import (  # noqa: E402  (they use the helpers above)
-    lifetimes, lifetimes_compared, moments, step_frames, step_moment,
-)

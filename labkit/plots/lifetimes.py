@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from labkit.instruments.meter import MemoryMeter
-from labkit.plots import PHASE_COLOURS, MiB, _new, _phase_spans
+from labkit.plots.base import PHASE_COLOURS, MiB, _new, _phase_spans
 
 __all__ = ["lifetimes", "lifetimes_compared", "step_moment", "step_frames", "moments"]
 
