@@ -22,6 +22,7 @@ class _Links(HTMLParser):
         super().__init__()
         self.hrefs: list[str] = []
         self.images: list[str] = []
+        self.alts: list[str | None] = []
 
     def handle_starttag(self, tag, attrs):  # type: ignore[no-untyped-def]
         found = dict(attrs)
@@ -29,6 +30,7 @@ class _Links(HTMLParser):
             self.hrefs.append(found["href"])
         if tag == "img" and found.get("src"):
             self.images.append(found["src"])
+            self.alts.append(found.get("alt"))
 
 
 def _parsed(page: Path) -> _Links:
@@ -58,8 +60,12 @@ def test_every_figure_of_a_solution_is_embedded_in_its_page(site, solution):
     nb = nbformat.read(solution, as_version=4)
     figures = [o["data"]["image/png"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
                if "image/png" in o.get("data", {})]
-    embedded = [src for src in _parsed(site / f"{solution.stem}.html").images if src.startswith("data:image/png")]
+    page = _parsed(site / f"{solution.stem}.html")
+    embedded = [src for src in page.images if src.startswith("data:image/png")]
     assert len(embedded) == len(figures)
+    # each with alt text naming its lab, its section and what drew it
+    alts = [a for src, a in zip(page.images, page.alts) if src.startswith("data:image/png")]
+    assert all(a and a.startswith("Figure of ") and "section" in a and len(a) > 30 for a in alts), alts
     assert all(f.strip().replace("\n", "")[:200] in "".join(embedded).replace("\n", "") for f in figures)
 
 

@@ -92,6 +92,22 @@ def _for_reading(cell: nbformat.NotebookNode) -> None:
     cell.outputs = outputs
 
 
+HEADING = re.compile(r"^#{1,3}\s+(.+?)\s*$", re.M)
+
+
+def _alt_text(cell: nbformat.NotebookNode, lab: str, section: str) -> None:
+    """Give each figure of a code cell alt text: what drew it (the cell's last line, a call of lk.plots or
+    lk.widgets, or the name it shows) and the section of the lab it is in."""
+    if cell.cell_type != "code":
+        return
+    lines = [l.strip() for l in cell.source.splitlines() if l.strip() and not l.strip().startswith("#")]
+    drawn = lines[-1] if lines else "a figure"
+    for output in cell.get("outputs", []):
+        if "image/png" in output.get("data", {}):
+            meta = output.setdefault("metadata", {}).setdefault("image/png", {})
+            meta["alt"] = f"Figure of {lab}, section \"{section}\": {drawn[:160]}"
+
+
 def build(solutions: Path, out: Path) -> list[Path]:
     """Write the site of every lab of the catalog, from its solution in `solutions`, into `out`; the pages
     written, index first."""
@@ -112,10 +128,13 @@ def build(solutions: Path, out: Path) -> list[Path]:
     written = [out / "index.html"]
     written[0].write_text(exporter.from_notebook_node(index, resources={"metadata": {"name": INDEX_TITLE}})[0])
     for i, (nb, (page, title)) in enumerate(zip(read, pages)):
+        section = title
         for cell in nb.cells:
             if cell.cell_type == "markdown":
                 cell.source = _local_links(cell.source)
+                section = next((m.group(1) for m in HEADING.finditer(cell.source)), section)
             _for_reading(cell)
+            _alt_text(cell, title, section)
         nav = _nav(pages, i)
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(nav))
         nb.cells.append(nbformat.v4.new_markdown_cell(nav))
