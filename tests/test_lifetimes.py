@@ -158,3 +158,15 @@ def test_the_static_twin_shows_the_steps_moments_in_order_each_stacked_to_its_li
     for ax, i in zip(fig.axes, at.values()):
         stacked = sum(p.get_height() for p in ax.patches)
         assert stacked == pytest.approx(meter.timeline[i].live_bytes / 2**20)
+
+
+def test_lab07s_step_meters_record_each_plans_step_and_full_recomputation_keeps_less():
+    from labkit.bench import lab07
+
+    c = lab07.capstone(lk.sizes("tiny"), repeats=1)
+    n = len(c.profile.blocks)
+    meters = lab07.step_meters(c, {"none": lk.plans.scheme_plan("none", n), "full": lk.plans.scheme_plan("full", n)})
+    assert set(meters) == {"none", "full"} and all(m.lifetimes for m in meters.values())
+    assert any(life.phase == "recompute" for life in meters["full"].lifetimes)
+    assert not any(life.phase == "recompute" for life in meters["none"].lifetimes)
+    assert meters["full"].peak < meters["none"].peak

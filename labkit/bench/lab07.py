@@ -29,7 +29,7 @@ from labkit.planners import applied, largest_batch, measure_step, profile_model
 from labkit.plans import SCHEMES, BlockCosts, Option, Profile, Step, describe, peak_of, scheme_plan, step_ratio
 
 __all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", "MEASURED", "at_batch", "batch_rows",
-           "batch_profiles", "predicted_batch",
+           "batch_profiles", "predicted_batch", "step_meters",
            "random_profile", "planning_seconds", "train_losses", "plan"]
 
 
@@ -138,6 +138,22 @@ def _metered_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Te
     with applied(model, plan), MemoryMeter(model, opt, tokens, device=tokens.device) as meter:
         _timed_step(model, opt, tokens)()
     return meter.peak
+
+
+def step_meters(c: Capstone, plans: dict[str, Sequence[Step]]) -> dict[str, MemoryMeter]:
+    """One steady training step (gradients and Adam's state already there) of a copy of the model under each
+    plan, each under a meter that records every tensor's life (lk.plots.lifetimes, lk.widgets.step_player)."""
+    out = {}
+    with torch.random.fork_rng(devices=cuda_devices(c.tokens)):
+        for name, plan in plans.items():
+            model, opt, _ = _steady(c.model, c.tokens)
+            step = _timed_step(model, opt, c.tokens)
+            with applied(model, plan):
+                step()
+                with MemoryMeter(model, opt, c.tokens, device=c.tokens.device, lifetimes=True) as meter:
+                    step()
+            out[name] = meter
+    return out
 
 
 OVER = 1.25  # a batch whose predicted peak is this far over the budget is not run (see batch_rows)

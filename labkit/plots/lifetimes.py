@@ -178,7 +178,7 @@ def step_frames(meter: MemoryMeter, budget: int | None = None, depth: int = 2, t
     top = 1.15 * max(max((e.live_bytes for e in meter.timeline), default=1), budget or 0)
     for ax, (name, i) in zip(axes, at.items()):
         _bar(ax, _groups(meter, i, depth), budget, top)
-        ax.legend(fontsize=6, loc="upper left")
+        ax.legend(fontsize=6, loc="upper right")
         ax.set_title(f"{name} (event {i})", fontsize=8)
         ax.set_xlim(-0.5, 1.6)
     axes[0].set_ylabel("live tensor MiB")
