@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import labkit as lk
 from labkit.bench import lab07
-from labkit.bench.peers import _grads, _step, budgets, peers_table
+from labkit.bench.peers import _grads, budgets, peers_table
+from labkit.planners.measuring import train_step
 from labkit.instruments.compiled import Compiled
 from labkit.instruments.meter import MemoryMeter
 from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
@@ -28,12 +29,12 @@ def capstone():
 def _steady(c):
     model = copy.deepcopy(c.model)
     opt = torch.optim.Adam(model.parameters())
-    _step(model, opt, c.tokens, c.loss)()
+    train_step(model, opt, c.tokens, c.loss)()
     return model, opt
 
 
 def _peak(model, opt, c, context=contextlib.nullcontext) -> int:
-    step = _step(model, opt, c.tokens, c.loss)
+    step = train_step(model, opt, c.tokens, c.loss)
     with context():
         step()
         with MemoryMeter(model, opt, c.tokens) as meter:

@@ -29,6 +29,7 @@ from labkit.instruments.timing import compare
 from labkit.instruments.blocks import blocks_of
 from labkit.instruments.meter import MemoryMeter
 from labkit.planners import applied
+from labkit.planners.measuring import train_step
 from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
 from labkit.planners.sac_milp import SacApplied, sac_decisions, torch_stats
 from labkit.plans import describe, peak_of, scheme_plan
@@ -127,7 +128,7 @@ def run_settings(found: list[Setting], model: nn.Module, opt: torch.optim.Optimi
     """Each setting run for real: its measured peak, whether one step's gradients equal the plain step's bit for
     bit, and its step time over the plain step's (median of `repeats` alternating pairs). The peak is the
     meter's, except for Inductor's kernels, whose buffers no dispatch mode sees: the CUDA allocator's peak."""
-    plain_step = _step(model, opt, x, loss_fn)
+    plain_step = train_step(model, opt, x, loss_fn)
     rows = []
     for s in found:
         if s.error is not None:
@@ -150,14 +151,6 @@ def run_settings(found: list[Setting], model: nn.Module, opt: torch.optim.Optimi
         rows.append({"method": s.method, "setting": s.setting, "measured_peak": peak, "step_ratio": round(ratio, 4),
                      "bitwise": bitwise})
     return rows
-
-
-def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, loss_fn: Callable) -> Callable[[], None]:
-    def run() -> None:
-        opt.zero_grad(set_to_none=True)
-        loss_fn(model(x)).backward()
-        opt.step()
-    return run
 
 
 def _under(s: Setting, step: Callable[[], None]) -> Callable[[], None]:
@@ -200,7 +193,7 @@ def head_to_head(found: list[Setting], table: list[dict[str, Any]], model: nn.Mo
                  x: torch.Tensor, loss_fn: Callable, repeats: int) -> list[dict[str, Any]]:
     """At each budget, the planner's step against the fastest peer that fits, in alternating pairs: the
     planner's time over the peer's (at most 1.03 is the bar)."""
-    step = _step(model, opt, x, loss_fn)
+    step = train_step(model, opt, x, loss_fn)
     by = {(s.method, s.setting): s for s in found}
     out = []
     for budget in _distinct(r["budget"] for r in table):
@@ -241,7 +234,7 @@ def compare_with_peers(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any
     with torch.random.fork_rng(devices=cuda_devices(x, model)):
         work = copy.deepcopy(model)
         opt = torch.optim.Adam(work.parameters())
-        _step(work, opt, x, loss_fn)()
+        train_step(work, opt, x, loss_fn)()
         found, notes = settings(work, x, loss_fn, plans, blocks=blocks, **knobs)
         rows = run_settings(found, work, opt, x, loss_fn, repeats)
         table = peers_table(rows, plans)
