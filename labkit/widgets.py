@@ -46,8 +46,13 @@ def step_player(meters: Mapping[str, MemoryMeter], budget: int | None = None, de
     import ipywidgets as w
     from IPython.display import display
 
-    if not meters or any(not isinstance(m, MemoryMeter) or not m.timeline for m in meters.values()):
-        raise ValueError("step_player: pass {scheme: MemoryMeter} of measured steps, each with lifetimes recorded")
+    if not meters:
+        raise ValueError("step_player: no meters; pass {scheme: MemoryMeter} of measured steps, each with lifetimes")
+    for name, m in meters.items():
+        if not isinstance(m, MemoryMeter) or not m.timeline:
+            raise ValueError(f"step_player: meters[{name!r}] is {type(m).__name__}"
+                             f"{'' if not isinstance(m, MemoryMeter) else ' with no events'}; pass {{scheme: "
+                             "MemoryMeter}} of measured steps, each with lifetimes recorded")
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 2:
         raise ValueError(f"step_player: frames={frames!r} must be an int >= 2")
     scheme = w.Dropdown(options=list(meters), description="scheme")
@@ -158,6 +163,9 @@ def plan_explorer(profile, planner: Callable, budget: int, peak_of: Callable, st
     from IPython.display import display
 
     low, high = profile.floor, sum(b.act for b in profile.blocks) + profile.base
+    if budget < low:
+        raise ValueError(f"plan_explorer: budget={budget:,} B is below the profile's floor, {low:,} B, which no plan "
+                         "goes under; start at or above it")
     high = max(high, budget)
     slider = w.FloatSlider(value=budget / 2**20, min=low / 2**20, max=high * 1.05 / 2**20, step=0.05,
                            description="budget MiB", continuous_update=False, layout=w.Layout(width="60%"))

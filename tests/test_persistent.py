@@ -151,9 +151,10 @@ def test_equals_revolve_on_uniform_chains():
             for op in ops:
                 taped += (op.kind == "T") - (op.kind == "B")
                 assert taped <= 1, (n, s, ops)
-    # one unit less and the same chain needs one slot less: Revolve's count with s - 1
-    costs, budget = P.revolve_model(20, 3)
-    assert P.simulate(P.optimal_ops(costs, budget - 1), costs)[1] > binomial(20, 3)
+    # one unit less and the chain runs with one slot less: Revolve's count with s - 1
+    for n, s in ((20, 3), (30, 4), (12, 2)):
+        costs, budget = P.revolve_model(n, s)
+        assert P.simulate(P.optimal_ops(costs, budget - 1), costs)[1] == binomial(n, s - 1) > binomial(n, s)
 
 
 def test_revolve_model_refuses_what_is_no_chain_or_no_slot():

@@ -132,7 +132,7 @@ def build(solutions: Path, out: Path) -> list[Path]:
         for cell in nb.cells:
             if cell.cell_type == "markdown":
                 cell.source = _local_links(cell.source)
-                section = next((m.group(1) for m in HEADING.finditer(cell.source)), section)
+                section = ([m.group(1) for m in HEADING.finditer(cell.source)] or [section])[-1]
             _for_reading(cell)
             _alt_text(cell, title, section)
         nav = _nav(pages, i)

@@ -56,7 +56,7 @@ def _given(model: nn.Module, blocks: Any) -> list[nn.Module]:
     found = list(blocks) if isinstance(blocks, (nn.ModuleList, nn.Sequential, list, tuple)) else None
     if not found or not all(isinstance(m, nn.Module) for m in found):
         raise ValueError(f"blocks= must be a non-empty nn.ModuleList, nn.Sequential or list of modules, or the path "
-                         f"of one in the model; got {type(blocks).__name__}")
+                         f"of one in the model; got {type(blocks).__name__} {blocks!r:.80}")
     return found
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from labkit.instruments.meter import active_meter
+from labkit.instruments.meter import active_meter, entered_meters
 
 __all__ = ["Compiled"]
 
@@ -33,7 +33,8 @@ class Compiled:
         if backend not in ("aot_eager_decomp_partition", "inductor"):
             raise ValueError(f"Compiled: backend={backend!r}; allowed: aot_eager_decomp_partition, inductor")
         self.budget, self.backend, self.graphs_run = float(budget), backend, 0
-        self._compiled = torch.compile(fn, backend=self._backend, dynamic=False)
+        # fullgraph: a graph break would run the code between graphs eagerly, outside every meter (unseen)
+        self._compiled = torch.compile(fn, backend=self._backend, dynamic=False, fullgraph=True)
 
     def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         if self.backend == "inductor":
@@ -44,8 +45,9 @@ class Compiled:
 
         def metered(*args: Any) -> Any:
             self.graphs_run += 1
-            meter = active_meter()
-            with meter.inside() if meter is not None else contextlib.nullcontext():
+            with contextlib.ExitStack() as stack:  # every meter running (nested ones too) sees the graph's ops
+                for meter in entered_meters():
+                    stack.enter_context(meter.inside())
                 return run(*args)
         return metered
 

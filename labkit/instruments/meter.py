@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from labkit.instruments.tensors import check_callable, check_not_meta, op_name, tensor_storages
 
-__all__ = ["Event", "Lifetime", "MemoryMeter", "measure_peak", "active_meter"]
+__all__ = ["Event", "Lifetime", "MemoryMeter", "measure_peak", "active_meter", "entered_meters"]
 
 _ENTERED: list[MemoryMeter] = []  # meters inside their region, innermost last
 
@@ -43,6 +43,11 @@ _ENTERED: list[MemoryMeter] = []  # meters inside their region, innermost last
 def active_meter() -> MemoryMeter | None:
     """The innermost meter whose region is running, or None."""
     return _ENTERED[-1] if _ENTERED else None
+
+
+def entered_meters() -> list[MemoryMeter]:
+    """Every meter whose region is running, outermost first."""
+    return list(_ENTERED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,9 +197,8 @@ class MemoryMeter:
         if block is not None and block[1] != st.nbytes():
             delta, block[1] = st.nbytes() - block[1], st.nbytes()
             self._change(delta, "resize_")
-            if st._cdata in self._lives:  # one life ends and another, of the new size, begins
-                self._end(st._cdata)
-                self._begin(st._cdata, st.nbytes(), "resize_")
+            self._end(st._cdata)  # one life ends (if it had one: not at 0 bytes) and another, of the new
+            self._begin(st._cdata, st.nbytes(), "resize_")  # size, begins (unless it is 0 bytes now)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -19,7 +19,7 @@ from labkit.planners.measuring import train_step
 from labkit.planners.ways import offloaded, policy_of, selective, traced
 from labkit.plans.plan import OFFLOAD, RECOMPUTE, SELECTIVE, BlockCosts, Option, Profile, Step, check_plan
 
-__all__ = ["applied", "measure_step", "largest_batch"]
+__all__ = ["applied", "measure_step", "largest_batch", "same_arguments"]
 
 
 @contextlib.contextmanager
@@ -69,7 +69,7 @@ def _segment(forwards: Sequence[Callable[..., Any]], checkpoint_hooks: Callable[
 
     def rest(i: int) -> Callable[..., Any]:
         def through(h: torch.Tensor, *a: Any, **k: Any) -> torch.Tensor:
-            if not _same((a, k), used[0]):
+            if not same_arguments((a, k), used[0]):
                 raise ValueError(f"applied: block {i} is called with other arguments than block {start}, which "
                                  f"ran it in its recomputed segment with its own; recompute block {i} in a "
                                  "segment of its own")
@@ -78,14 +78,14 @@ def _segment(forwards: Sequence[Callable[..., Any]], checkpoint_hooks: Callable[
     return first, rest
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_arguments(a: Any, b: Any) -> bool:
     """Whether two blocks' other arguments are the same: tensors the very same objects, the rest equal."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return a is b
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same_arguments(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(same_arguments(a[k], b[k]) for k in a)
     try:
         return bool(a == b)
     except Exception:  # noqa: BLE001  (an object whose == is not a truth value: only itself is the same)

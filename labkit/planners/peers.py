@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from labkit.instruments.blocks import blocks_of, patched
 from labkit.instruments.compiled import Compiled
+from labkit.planners.applying import same_arguments
 
 __all__ = ["torch_full", "torch_sequential", "CompiledBlocks"]
 
@@ -44,16 +45,23 @@ def torch_sequential(model: nn.Module, segments: int | None = None, blocks: Any 
     if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= n:
         raise ValueError(f"torch_sequential: segments={segments!r} must be an int from 1 to {n} (the blocks)")
     forwards = [b.forward for b in blocks]
+    used: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((), {})]
 
     def first(h: torch.Tensor, *a: Any, **k: Any) -> torch.Tensor:
+        used[0] = (a, k)
         functions = [(lambda x, f=f: f(x, *a, **k)) for f in forwards] if a or k else forwards
         return checkpoint_sequential(functions, segments, h, use_reentrant=False)
-    with patched([(blocks[0], first), *((b, _through) for b in blocks[1:])]):
+
+    def through(i: int) -> Any:
+        def run(h: torch.Tensor, *a: Any, **k: Any) -> torch.Tensor:
+            if not same_arguments((a, k), used[0]):  # it ran with block 0's: never silently another mask
+                raise ValueError(f"torch_sequential: block {i} is called with other arguments than block 0, which "
+                                 "ran it inside checkpoint_sequential with its own; checkpoint_sequential passes "
+                                 "one input along, so it cannot run these blocks")
+            return h
+        return run
+    with patched([(blocks[0], first), *((b, through(i)) for i, b in enumerate(blocks[1:], 1))]):
         yield
-
-
-def _through(h: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    return h
 
 
 class CompiledBlocks:

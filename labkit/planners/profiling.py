@@ -89,7 +89,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
         per_byte = 0.0  # offload's seconds come from seconds_from
     costs = []
     for i, ((fqn, block), a, call) in enumerate(zip(blocks, act, calls)):
-        given = None if seconds_from is None else seconds_from.blocks[i]
+        timed = None if seconds_from is None else seconds_from.blocks[i]
         options: dict[str, Option] = {}
         h, run = call.h, call.bind(block)  # run: the block as a function of its hidden state
         core = getattr(getattr(block, "attn", None), "core", None)
@@ -100,12 +100,12 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
             if not kept_after[i]:  # lab 04 prices the block's output at 0: what comes after keeps it; here nothing does
                 kept += sum(r.output_bytes for r in ops if r.is_output and r.key in keep)
             wrap = selective(keep, [r.key for r in ops], "profile_model")
-            t = _extra_seconds(block, h, wrap, repeats) if given is None else given.options[SELECTIVE].seconds
+            t = _extra_seconds(block, h, wrap, repeats) if timed is None else timed.options[SELECTIVE].seconds
             options[SELECTIVE] = Option(kept, max(kept, a + _extra_held(block, h, wrap)), t)
         if per_byte is not None:  # its input may stay on the device: a selective block before it keeps its output
-            t = a * per_byte if given is None else given.options[OFFLOAD].seconds
+            t = a * per_byte if timed is None else timed.options[OFFLOAD].seconds
             options[OFFLOAD] = Option(nbytes(h), a + _extra_held(block, h, offloaded, run), t)
-        fwd = forward_seconds(run, (h,), repeats) if given is None else given.fwd
+        fwd = forward_seconds(run, (h,), repeats) if timed is None else timed.fwd
         costs.append(BlockCosts(a, nbytes(h), fwd, options))
     # beside each block's backward, and beside everything kept at the top: the measured peaks less the blocks'
     # activations alive then (plainly, block i's backward runs while blocks 0..i keep theirs; rebuilt under full

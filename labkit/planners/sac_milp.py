@@ -12,12 +12,13 @@ On CUDA every figure is PyTorch's own ("operator-level-benchmark": each op run a
 estimators time ops only with CUDA events (the roofline mode needs a CUDA device too), so on a CPU the kit fills
 the one field they cannot: each op's runtime, timed by the kit's stopwatch on real tensors of the op's shapes,
 as PyTorch's benchmark mode does on CUDA (``_cpu_estimate``). Memory, module order, what autograd saves, the
-trade-off curves and the integer program are PyTorch's, unchanged. ``TorchStats.untimed`` names any op the
-stopwatch could not run (its runtime then 0).
+trade-off curves and the integer program are PyTorch's, unchanged. An op the stopwatch cannot run (on data it
+cannot make up) stops the pipeline, named: sac_milp is never fed a runtime of 0 for it.
 
 Two differences from lab 07's planner, by design of each: sac_milp's peak leaves out the optimizer's state
-(its own docstring: "Memory does not include e.g., optimizer states"), so its budget is not the meter's; and it
-decides per module and a discard fraction, where lab 07 decides per block and a way.
+(torch/distributed/_tools/ilp_utils.py, get_peak_memory_runtime_baseline: "Memory does not include e.g.,
+optimizer states, embedding tables, etc."), so its budget is not the meter's; and it decides per module and a
+discard fraction, where lab 07 decides per block and a way.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import io
 import logging
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,13 +45,12 @@ __all__ = ["TorchStats", "torch_stats", "sac_decisions", "SacApplied"]
 class TorchStats:
     """What sac_milp plans from: PyTorch's graph of modules (ilp_utils.Graph), each non-leaf module's SACStats
     (per op: name, runtime in ms, bytes, random, view, in-place), the candidates (the model's blocks and the
-    modules inside them, as ModTracker names them), and the ops the stopwatch could not time."""
+    modules inside them, as ModTracker names them)."""
 
     graph: Any
     sac_stats: Mapping[str, Any]
     units: list[str]
     baseline_bytes: int  # PyTorch's predicted peak without checkpointing (parameters, gradients, activations)
-    untimed: set[str] = field(default_factory=set)
 
 
 def torch_stats(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor],
@@ -64,13 +64,17 @@ def torch_stats(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torc
         opt = torch.optim.Adam(work.parameters())
         tracker = _memory(work, opt, x, loss_fn)
         runtime, sac, untimed = _estimators(work, x, loss_fn)
+        if untimed:  # priced at 0 they would look free to recompute: sac_milp is not fed a guess
+            raise ValueError(f"torch_stats: the stopwatch could not run {len(untimed)} op(s) on real tensors of their "
+                             f"shapes ({', '.join(sorted(untimed)[:4])}); their runtimes are unknown, so sac_milp "
+                             "is not run on this model here")
         info = aggregate_stats(work, tracker, runtime, sac, x.device)
     graph = parse_module_info(info)
     prefix = type(model).__name__
     found = [f"{prefix}.{fqn}" for fqn, _ in blocks_of(model, blocks)]
     units = [n["fqn"] for n in graph.nodes if not n["is_leaf"] and any(
         n["fqn"] == b or n["fqn"].startswith(b + ".") for b in found)]
-    return TorchStats(graph, dict(sac.sac_mod_stats), units, get_peak_memory_runtime_baseline(graph)[0], untimed)
+    return TorchStats(graph, dict(sac.sac_mod_stats), units, get_peak_memory_runtime_baseline(graph)[0])
 
 
 def _memory(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, loss_fn: Callable) -> Any:

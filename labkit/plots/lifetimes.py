@@ -136,7 +136,9 @@ def step_moment(meter: MemoryMeter, i: int, budget: int | None = None, depth: in
     what is alive then, stacked: the state from before the step, each block's kept activations, what a
     recomputation has rebuilt, the gradients (the step player's frame; lifetimes=True meters)."""
     n = len(meter.timeline)
-    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < max(n, 1):
+    if not n:
+        raise ValueError("step_moment: the meter recorded no event (nothing was allocated or freed in its region)")
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
         raise ValueError(f"step_moment: i={i!r} must be an event of the step, 0 to {n - 1}")
     fig, (line, bar) = _new(2, width=9.0, height=3.6)
     bar.set_position([0.62, 0.15, 0.08, 0.72])
