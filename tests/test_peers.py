@@ -205,8 +205,6 @@ def test_the_bar_needs_a_race_the_planner_fitting_everywhere_and_every_ratio_wit
 def test_checkpoint_sequential_refuses_blocks_called_with_other_arguments_than_the_first():
     """It passes one input along and runs every block with block 0's other arguments: a later block called with
     others (a mask of its own) is refused, never run with block 0's."""
-    from torch import nn
-
     class Scaled(nn.Module):
         def __init__(self) -> None:
             super().__init__()

@@ -5,11 +5,10 @@ moved in a real browser by test_browser.py.)"""
 from __future__ import annotations
 
 import pytest
-import torch
 
 import labkit as lk
 import labkit.widgets as W
-from labkit.plans import BlockCosts, Option, Profile, Step, peak_of, step_ratio
+from labkit.plans import BlockCosts, Option, Profile, peak_of, step_ratio
 from labkit.reference.capstone import best_plan
 from labkit.reference.selective import kept_bytes, knapsack_keep, recompute_cost, selective_keep
 
