@@ -103,8 +103,13 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _gpu_check(args: argparse.Namespace) -> int:
     from labkit.course.gpucheck import main
+    from labkit.course.gpurows import DEFAULT, ROWS
 
-    return main(args.memory, args.labs_seconds)
+    if args.list:
+        for key, (_, limit) in ROWS.items():
+            print(f"{key:10} limit {limit:4.0f} s{'' if key in DEFAULT else '  (only when asked: --only ' + key + ')'}")
+        return 0
+    return main(args.memory, args.seconds, args.only or ())
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -198,10 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=_bench)
-    p = sub.add_parser("gpu-check", help="GPU-only tests, benchmarks and each lab's peak, summary table last")
+    p = sub.add_parser("gpu-check", help="GPU-only tests, benchmarks and every lab, each row in its own process "
+                                         "with its own time limit; a JSON line per row under docs/gpu/, table last")
     p.add_argument("--memory", help="size everything as on a card with this much free "
                                     "(default: $LABKIT_GPU_MEMORY, else 16GiB)")
-    p.add_argument("--labs-seconds", type=float, default=420, help="time for running the labs, in all (420)")
+    p.add_argument("--seconds", type=float, default=480, help="time for the whole run; rows not started by then "
+                                                               "fail as not run (480)")
+    p.add_argument("--only", nargs="+", metavar="ROW", help="run only these rows, in this order (see --list)")
+    p.add_argument("--list", action="store_true", help="name the rows and their time limits, then exit")
     p.set_defaults(run=_gpu_check)
     p = sub.add_parser("release", help="write the student bundle of some labs, without their reference answers")
     p.add_argument("out", help="a new (or empty) folder")

@@ -81,11 +81,15 @@ def step_player(meters: Mapping[str, MemoryMeter], budget: int | None = None, de
 
 
 def crossover_explorer(alpha: float, beta: float, measured_batch: int, states: Mapping[str, int], batch: int,
-                       seq: int, max_batch: int = 64, max_seq: int = 8192):  # -> ipywidgets.VBox
+                       seq: int, max_batch: int | None = None, max_seq: int | None = None):  # -> ipywidgets.VBox
     """Sliders for the batch and the sequence length; redraws plots.crossover_at, the activations of lab 01's
-    GPT stack from its measured model (alpha·s + beta·s² at measured_batch) against each training state."""
+    GPT stack from its measured model (alpha·s + beta·s² at measured_batch) against each training state. The
+    sliders reach max_batch and max_seq, by default 4x the batch and sequence given (at least 64 and 8192): the
+    gpu profile's batch grows with the card."""
     import ipywidgets as w
 
+    max_batch = max(64, 4 * batch) if max_batch is None else max_batch
+    max_seq = max(8192, 4 * seq) if max_seq is None else max_seq
     if not 1 <= batch <= max_batch or not 1 <= seq <= max_seq:
         raise ValueError(f"crossover_explorer: need 1 <= batch ({batch}) <= max_batch ({max_batch}) and 1 <= seq "
                          f"({seq}) <= max_seq ({max_seq})")

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 import labkit as lk
 from labkit import bench, plots
-from labkit.course import gpucheck
+from labkit.course import gpucheck, gpurows
 
 
 def test_meter_bench_reports_one_ratio_per_repeat():
@@ -79,27 +79,39 @@ def test_gpu_check_sets_the_measured_ceilings_and_host_link_against_the_datashee
     monkeypatch.setattr(rl, "measure_ceilings_by_dtype", lambda device, size: {"float32": ceilings(8e12)(device),
                                                                                  "bfloat16": ceilings(8e12)(device)})
     monkeypatch.setattr(rl, "measure_ceilings", lambda device, dtype, size: ceilings(6e13)(device, dtype))
-    row = gpucheck._ceilings_vs_spec()  # T4: 65 TFLOP/s float16, 320 GB/s: a 2 TB/s copy is over its datasheet
+    row = gpurows.ceilings_vs_spec()  # T4: 65 TFLOP/s float16, 320 GB/s: a 2 TB/s copy is over its datasheet
     assert "float16 60 TFLOP/s" in row.value and "92% and 625% of T4's" in row.value and not row.ok
     monkeypatch.setattr(rl, "measure_ceilings_by_dtype", lambda device, size: {
         "float32": rl.Ceilings("cuda", torch.float32, 8e12, 3e11, None),
         "bfloat16": rl.Ceilings("cuda", torch.bfloat16, 8e12, 3e11, None)})
-    assert gpucheck._ceilings_vs_spec().ok  # 60 of 65 TFLOP/s, 300 of 320 GB/s
+    assert gpurows.ceilings_vs_spec().ok  # 60 of 65 TFLOP/s, 300 of 320 GB/s
     monkeypatch.setattr(rl, "measure_ceilings", lambda device, dtype, size: ceilings(7e13)(device, dtype))
-    assert not gpucheck._ceilings_vs_spec().ok  # 70 TFLOP/s float16: over the datasheet's 65
+    assert not gpurows.ceilings_vs_spec().ok  # 70 TFLOP/s float16: over the datasheet's 65
     monkeypatch.setattr(rl, "measure_host_bandwidth", lambda device: 12e9)
-    row = gpucheck._offload()
+    row = gpurows.host_link()
     assert row.ok and "12 GB/s each way" in row.value and "75% of T4's" in row.value
     monkeypatch.setattr(rl, "measure_host_bandwidth", lambda device: 20e9)
-    assert not gpucheck._offload().ok  # 20 GB/s over a 16 GB/s link each way
+    assert not gpurows.host_link().ok  # 20 GB/s over a 16 GB/s link each way
 
 
-def test_gpu_check_writes_its_run_as_json_named_by_card_torch_and_date(tmp_path):
-    rows = [gpucheck.Row("pytest -m gpu", "3 passed", "all pass", True), gpucheck.Row("x", "y", "z", False)]
-    path = gpucheck.write_json(rows, "NVIDIA H200", 301.26, "16GiB", folder=tmp_path, today="2026-12-03")
-    assert path.name == f"nvidia-h200-16gib-torch{torch.__version__.split('+')[0]}-2026-12-03.json"
-    found = json.loads(path.read_text())
-    assert found["device"] == "NVIDIA H200" and found["seconds"] == 301.3 and found["ok"] is False
-    assert found["rows"][0] == {"name": "pytest -m gpu", "value": "3 passed", "bar": "all pass", "ok": True}
-    again = gpucheck.write_json(rows[:1], "NVIDIA H200", 1.0, "16GiB", folder=tmp_path, today="2026-12-03")
-    assert again.name == path.name.replace(".json", "-2.json") and json.loads(path.read_text())["ok"] is False
+def test_gpu_check_names_its_run_by_card_memory_torch_and_date_and_never_overwrites_one(tmp_path):
+    first = gpucheck.stem("NVIDIA H200", "16GiB", "2.11.0+cu130", "2026-12-03", tmp_path)
+    assert first.name == "nvidia-h200-16gib-torch2.11.0-2026-12-03"
+    run = gpucheck.Run(first, {"device": "NVIDIA H200"}, deadline=0.0)
+    run.add(gpucheck.Row("pytest -m gpu", "3 passed", "all pass", True, seconds=17.0))
+    run.add(run.measure("late", ["true"], tmp_path / "late.json", 60))  # past the run's deadline: not run
+    found = json.loads(run.finish().read_text())
+    assert found["device"] == "NVIDIA H200" and found["ok"] is False
+    assert found["rows"][0] == {"name": "pytest -m gpu", "value": "3 passed", "bar": "all pass", "ok": True,
+                                "seconds": 17.0, "figures": {}}
+    assert "not run: out of time" in found["rows"][1]["value"]
+    again = gpucheck.stem("NVIDIA H200", "16GiB", "2.11.0+cu130", "2026-12-03", tmp_path)
+    assert again.name == first.name + "-2"
+
+
+def test_gpu_check_offers_only_and_every_lab_as_a_row():
+    from labkit.course.catalog import LABS
+
+    assert {f"lab{lab.number}" for lab in LABS} <= set(gpurows.DEFAULT)
+    assert "plan" in gpurows.ROWS and "plan" not in gpurows.DEFAULT
+    assert gpucheck.main(only=["no-such-row"]) == 2

@@ -282,7 +282,8 @@ def test_doctor_on_this_machine_prints_a_few_lines_and_no_stderr(capsys):
     assert err == ""
     assert out.strip() == str(result)
     assert 5 <= len(out.splitlines()) <= 12
-    assert {c.name for c in result.checks} == {"torch", "profile", "widgets", "matplotlib", "cuda", "shm", "gpu share"}
+    assert {c.name for c in result.checks} == {"torch", "profile", "widgets", "matplotlib", "cuda", "shm", "gpu share",
+                                                "allocator"}
 
 
 def test_doctor_quiet_prints_nothing(capsys):

@@ -58,11 +58,11 @@ from labkit.instruments.meter import MemoryMeter
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
-from labkit.env.ranks import Fault, device_of, launch, on_gpus
+from labkit.env.ranks import Fault, RankError, device_of, launch, on_gpus
 from labkit.instruments.tensors import tensor_storages
 
 __all__ = ["RANKS", "STEPS", "COMBINATIONS", "WAYS", "fsdp", "fsdp_config", "build", "checkpoint_blocks", "shard",
-           "micro_batch", "reference_losses", "wrong_order"]
+           "micro_batch", "reference_losses", "wrong_order", "attempt"]
 
 RANKS = 2  # processes, one micro-batch each
 STEPS = 3  # training steps per combination; step 1 (the second) is measured
@@ -375,7 +375,7 @@ def wrong_order(size: Sizes | None = None, *, ways: tuple[str, ...] = WAYS, time
     for how in ways:
         runs = {order: [r[how][order] for r in ranks] for order in ("right", "wrong")}
         errors = [run["error"] for order in ("wrong", "right") for run in runs[order] if run["error"]]
-        found[how] = {"error": errors[0] if errors else None}
+        found[how] = {"error": errors[0] if errors else None, **_ORDER_KEYS}  # every key, None when it failed
         if errors:
             continue
         found[how].update({key: all(w[key] for w in runs["wrong"])
@@ -383,3 +383,17 @@ def wrong_order(size: Sizes | None = None, *, ways: tuple[str, ...] = WAYS, time
         for key in ("peak_bytes", "block_calls", "fsdp_calls", "all_gathers", "reduce_scatters"):
             found[how][f"per_rank_{key}"] = {order: [run[key] for run in runs[order]] for order in runs}
     return found
+
+
+_ORDER_KEYS = dict.fromkeys(("losses_bitwise_equal", "grads_bitwise_equal", "per_rank_peak_bytes",
+                             "per_rank_block_calls", "per_rank_fsdp_calls", "per_rank_all_gathers",
+                             "per_rank_reduce_scatters"))
+
+
+def attempt(run: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """run(*args, **kwargs) with "error": None added, or {"error": why} when a rank failed or hung: a lab cell
+    prints why, and the cells that read its figures say they are skipped instead of raising NameError."""
+    try:
+        return {"error": None, **run(*args, **kwargs)}
+    except RankError as e:
+        return {"error": str(e)}

@@ -29,7 +29,7 @@ from labkit.planners import applied, largest_batch, measure_step, profile_model
 from labkit.plans import SCHEMES, BlockCosts, Option, Profile, Step, describe, peak_of, scheme_plan, step_ratio
 
 __all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", "MEASURED", "at_batch", "batch_rows",
-           "batch_profiles", "predicted_batch", "step_meters",
+           "batch_profiles", "predicted_batch", "batch_ceiling", "step_meters",
            "random_profile", "planning_seconds", "train_losses", "plan"]
 
 
@@ -171,16 +171,24 @@ def batch_profiles(size: Sizes, reference: Profile) -> tuple[Profile, Profile]:
     return one, two
 
 
+def batch_ceiling(start: int) -> int:
+    """How far a batch search from `start` (the profile's batch) may go: 16x it, at least 64. The gpu profile's
+    batch grows with the card (x94 on 141 GiB), so no constant fits every card."""
+    return max(64, 16 * start)
+
+
 def predicted_batch(one: Profile, two: Profile, planner: Callable[[Profile, int], list[Step] | None], budget: int,
-                    start: int = 1, most: int = 64) -> int:
-    """The largest batch (up to `most`) the planner finds a plan for within `budget`, from the bytes at_batch
-    draws through `one` and `two`: predicted, not measured (batch_rows measures)."""
-    return largest_batch(lambda b: planner(at_batch(one, two, b), budget) is not None, start, most)
+                    start: int = 1, most: int | None = None) -> int:
+    """The largest batch (up to `most`, by default batch_ceiling(start)) the planner finds a plan for within
+    `budget`, from the bytes at_batch draws through `one` and `two`: predicted, not measured (batch_rows measures)."""
+    return largest_batch(lambda b: planner(at_batch(one, two, b), budget) is not None, start,
+                         batch_ceiling(start) if most is None else most)
 
 
 def batch_rows(size: Sizes, budget: int, planner: Callable[[Profile, int], list[Step] | None],
-               reference: Profile, most: int = 64, repeats: int = 3, timed: bool = True) -> list[dict[str, Any]]:
-    """For each scheme and the planner: the largest batch (up to `most`) whose steady step's measured peak fits
+               reference: Profile, most: int | None = None, repeats: int = 3,
+               timed: bool = True) -> list[dict[str, Any]]:
+    """For each scheme and the planner: the largest batch (up to `most`, by default batch_ceiling(size.batch)) whose steady step's measured peak fits
     `budget` (labkit.planners.applying.largest_batch: one measured step per batch tried), and the median step time per
     sequence at that batch.
 
@@ -219,7 +227,7 @@ def batch_rows(size: Sizes, budget: int, planner: Callable[[Profile, int], list[
                     target -= peak - budget
                 return False
 
-            batch = largest_batch(fits, size.batch, most)
+            batch = largest_batch(fits, size.batch, batch_ceiling(size.batch) if most is None else most)
             seconds = float("nan")
             if batch and timed:
                 with applied(model, chosen[batch]):

@@ -16,6 +16,7 @@ import contextlib
 import copy
 import json
 import math
+import sys
 from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -115,6 +116,13 @@ def settings(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     return found, notes
 
 
+def _refused(what: str, e: BaseException) -> str:
+    """The error's line, printed as it happens (a long run's refusals are not first seen at its end)."""
+    line = f"{type(e).__name__}: {e}"[:300]
+    print(f"labkit bench: {what} refused: {line}", file=sys.stderr, flush=True)
+    return line
+
+
 def _distinct(plans: Any) -> list[list]:
     out: list[list] = []
     for p in plans:
@@ -149,9 +157,9 @@ def run_settings(found: list[Setting], model: nn.Module, opt: torch.optim.Optimi
                 want = _grads(model, x, loss_fn, contextlib.nullcontext)
                 bitwise = all(torch.equal(a, b) for a, b in zip(want, _grads(model, x, loss_fn, s.context)))
                 ratio = compare(plain_step, _under(s, plain_step), repeats=repeats, warmup=1, device=x.device).ratio
-        except (RuntimeError, ValueError) as e:  # a setting PyTorch itself refuses (SAC on a tensor changed in
-            opt.zero_grad(set_to_none=True)      # place): a row that says so, never a figure
-            rows.append({"method": s.method, "setting": s.setting, "error": f"{type(e).__name__}: {e}"[:300]})
+        except Exception as e:  # noqa: BLE001 - a setting PyTorch refuses (SAC on a tensor changed in place, a
+            opt.zero_grad(set_to_none=True)  # recompile limit): a row that says so, never a figure
+            rows.append({"method": s.method, "setting": s.setting, "error": _refused(f"{s.method} ({s.setting})", e)})
             continue
         rows.append({"method": s.method, "setting": s.setting, "measured_peak": peak, "step_ratio": round(ratio, 4),
                      "bitwise": bitwise})
@@ -271,26 +279,34 @@ def foreign_figures(cfg: Any, vocab: int, plan_for: Callable[[Any, int], list], 
     at the capstone's shapes (labkit.models.hugging_face), profiled with blocks= where Hugging Face keeps them,
     planned halfway between full recomputation's predicted peak and keeping everything's, and run on `device`: the
     measured peak against the budget, three training steps against plain ones (losses and weights, bit for bit), and the
-    planner against every peer at that budget."""
+    planner against every peer at that budget. A model that fails is a row {"error": why}, printed as it happens."""
+    out: dict[str, Any] = {}
+    for name in names:
+        try:
+            out[name] = _foreign(name, cfg, vocab, plan_for, repeats, device)
+        except Exception as e:  # noqa: BLE001 - one model that fails is its own row, the others still run
+            out[name] = {"error": _refused(name, e)}
+    return out
+
+
+def _foreign(name: str, cfg: Any, vocab: int, plan_for: Callable[[Any, int], list], repeats: int,
+             device: str | torch.device) -> dict[str, Any]:
+    """foreign_figures' row for the model `name`."""
     from labkit.models import gpt_tokens
     from labkit.models.hugging_face import BLOCKS, build, logits_loss
     from labkit.planners import profile_model
 
-    out: dict[str, Any] = {}
-    for name in names:
-        model, tokens = build(name, cfg, vocab).to(device), gpt_tokens(cfg, vocab, device=device)
-        loss, path = logits_loss(tokens), BLOCKS[name]
-        profile = profile_model(model, tokens, loss, repeats=repeats, blocks=path)
-        found = compare_with_peers(model, tokens, loss, profile, plan_for, count=1, repeats=repeats, blocks=path)
-        (budget,) = found["budgets"]
-        plan = plan_for(profile, budget)
-        mine = found["peers"][0]
-        out[name] = {"blocks": path, "budget": budget, "plan": describe(plan), "measured_peak": mine["measured_peak"],
-                     "fits": mine["fits"], "trains_bitwise": _trains_bitwise(model, tokens, loss, plan, path),
-                     "peers": found["peers"], "head_to_head": found["head_to_head"][0],
-                     "errors": [f"{r['method']} ({r['setting']}): {r['error']}" for r in found["settings"]
-                                if "error" in r]}
-    return out
+    model, tokens = build(name, cfg, vocab).to(device), gpt_tokens(cfg, vocab, device=device)
+    loss, path = logits_loss(tokens), BLOCKS[name]
+    profile = profile_model(model, tokens, loss, repeats=repeats, blocks=path)
+    found = compare_with_peers(model, tokens, loss, profile, plan_for, count=1, repeats=repeats, blocks=path)
+    (budget,) = found["budgets"]
+    plan = plan_for(profile, budget)
+    mine = found["peers"][0]
+    return {"blocks": path, "budget": budget, "plan": describe(plan), "measured_peak": mine["measured_peak"],
+            "fits": mine["fits"], "trains_bitwise": _trains_bitwise(model, tokens, loss, plan, path),
+            "peers": found["peers"], "head_to_head": found["head_to_head"][0],
+            "errors": [f"{r['method']} ({r['setting']}): {r['error']}" for r in found["settings"] if "error" in r]}
 
 
 def _trains_bitwise(model: nn.Module, x: torch.Tensor, loss_fn: Callable, plan: list, blocks: str,

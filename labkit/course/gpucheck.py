@@ -1,282 +1,212 @@
-"""`python -m labkit gpu-check`: the GPU-only tests, the benchmarks, then every lab, summary table last.
+"""`python -m labkit gpu-check`: the GPU-only tests, the benchmarks and every lab, each row in a process of its own.
 
 Everything is sized as on a card with 16 GiB free (`--memory`, or $LABKIT_GPU_MEMORY, which also caps the
-allocator), so it takes a few minutes on any GPU that large and checks the sizes a T4 would get. Each lab runs
-in its own kernel, its allocator peak measured against labkit.env.sizing's prediction. Without CUDA it says so and
-exits 0: the GPU code paths are unit-tested on CPU as far as a CPU allows.
+allocator), so it checks the sizes a T4 would get. The rows (labkit.course.gpurows.ROWS) run one after another in
+order of importance, each in a child process with its own time limit, all within `--seconds` (480 by default, so a
+run fits a device lease of 15 minutes, start-up included): a row cut by its limit, or not started for want of time,
+is a failed row that says so. After each row one JSON line is written and flushed to docs/gpu/<card>-<memory>-
+torch<version>-<date>.jsonl, so a run that is killed keeps what it measured; SIGTERM ends the running row's processes,
+records it as interrupted and writes the summary. At the end: the table, and the whole run as <same name>.json.
+`--only KEY...` reruns some rows (`--list` names them). Without CUDA it says so and exits 0: the GPU code paths are
+unit-tested on CPU as far as a CPU allows.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable
-from unittest import mock
+from typing import Any, TextIO
 
-import torch
-
-from labkit.course.catalog import LABS, Lab
+from labkit.course.gpurows import DEFAULT, ROWS, Row, spec_for  # noqa: F401  (spec_for: the tests' and notes')
 
 ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "docs" / "gpu"
 
 
-def sizing_labs() -> list[Lab]:
-    """The labs whose peak labkit.env.sizing predicts (every lab that puts tensors on the device)."""
-    from labkit.env.sizing import lab_peaks
-    from labkit.env.sizes import FIXED
-
-    predicted = lab_peaks(FIXED["tiny"])
-    return [lab for lab in LABS if lab.number in predicted]
+def row_command(key: str, out: Path) -> list[str]:
+    """The child process that measures row `key` into the file `out`."""
+    return [sys.executable, "-m", "labkit.course.gpurows", key, str(out)]
 
 
-@dataclass
-class Row:
-    """One line of the summary table."""
-
-    name: str
-    value: str
-    bar: str
-    ok: bool
-
-
-def _gpu_tests() -> Row:
-    """pytest -m gpu over tests/ (CUDA timing, meter against the allocator)."""
-    try:
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                              str(ROOT / "tests")], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    except subprocess.TimeoutExpired:
-        return Row("pytest -m gpu", "did not finish in 300 s", "all pass", False)
-    last = (run.stdout.strip().splitlines() or ["no output"])[-1]
-    print(run.stdout[-3000:])
-    return Row("pytest -m gpu", last, "all pass", run.returncode == 0)
-
-
-def _meter_vs_allocator() -> Row:
-    """The meter's peak growth against torch.cuda.max_memory_allocated over one GPT training step."""
-    from labkit.instruments.meter import MemoryMeter
-    from labkit.models import GPTStack, gpt_input
-    from labkit.env.profile import sizes
-
-    size = sizes("gpu")
-    cfg = size.gpt(dtype=torch.bfloat16)
-    model = GPTStack(cfg).cuda()
-    opt = torch.optim.Adam(model.parameters())
-    x = gpt_input(cfg).cuda()
-
-    def step() -> None:
-        model(x).float().square().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    step()  # Adam state and cuBLAS workspaces exist before measuring
-    meter = MemoryMeter(model, opt, x)
-    with meter:
-        step()
-    growth = meter.peak - meter.baseline
-    rel = abs(growth - meter.allocator_peak) / meter.allocator_peak
-    return Row("meter vs cuda allocator peak", f"{growth:,} vs {meter.allocator_peak:,} B ({rel:.2%})", "<= 5%", rel <= 0.05)
-
-
-def _bench(name: str, label: str, bar: str, ok: Callable[[dict], bool]) -> Callable[[], Row]:
-    """A check running `bench NAME`, its row labelled `label`."""
-    def run() -> Row:
-        from labkit import bench
-
-        figures = bench.BENCHMARKS[name]()
-        print(f"bench {name}: {json.dumps(figures)}")
-        shown = {k: v for k, v in figures.items() if not isinstance(v, (dict, list))}
-        return Row(label, json.dumps(shown), bar, ok(figures))
-
-    run.__name__ = label
-    return run
-
-
-def spec_for(device_name: str):
-    """The spec sheet (labkit.instruments.roofline.GPU_SPECS) of the card `device_name` names, or None: the
-    sheet's name as a whole word ("Tesla T4", "NVIDIA H200"; not "Quadro T400" nor "GH200", a Grace Hopper
-    with another host link)."""
+def stem(device: str, memory: str, torch_version: str, today: str, folder: Path) -> Path:
+    """docs/gpu/<card>-<memory>-torch<version>-<date>[-n]: a second run on a day never overwrites the first."""
     import re
 
-    from labkit.instruments.roofline import GPU_SPECS
-
-    return next((spec for key, spec in GPU_SPECS.items()
-                 if re.search(rf"(?<![A-Z0-9]){key}(?![0-9])", device_name.upper())), None)
-
-
-def _ceilings_vs_spec() -> Row:
-    """The matmul peak (in the spec sheet's dtype) and the bandwidth, measured, against the card's datasheet."""
-    from labkit.env.profile import sizes
-    from labkit.instruments.roofline import measure_ceilings, measure_ceilings_by_dtype
-    from labkit.models.layers import dtype_name
-
-    name, size = torch.cuda.get_device_name(), sizes("gpu")
-    spec = spec_for(name)
-    by_dtype = measure_ceilings_by_dtype("cuda", size)
-    if spec is not None and spec.dtype != torch.bfloat16:  # a card without bfloat16 tensor cores (T4: float16)
-        by_dtype[dtype_name(spec.dtype)] = measure_ceilings("cuda", spec.dtype, size)
-    value = ", ".join(f"{k} {c.peak_flops / 1e12:.3g} TFLOP/s" for k, c in by_dtype.items())
-    bandwidth = by_dtype["float32"].peak_bandwidth
-    value += f"; {bandwidth / 1e9:.4g} GB/s"
-    if spec is None:
-        return Row("ceilings vs spec sheet", value + f" (no spec sheet for {name})", "no spec sheet: reported only",
-                   True)
-    peak = by_dtype[dtype_name(spec.dtype)].peak_flops
-    value += f" ({peak / spec.peak_flops:.0%} and {bandwidth / spec.peak_bandwidth:.0%} of {spec.name}'s)"
-    return Row("ceilings vs spec sheet", value, "measured <= spec x 1.05 (a datasheet is a ceiling)",
-               peak <= 1.05 * spec.peak_flops and bandwidth <= 1.05 * spec.peak_bandwidth)
-
-
-def _offload() -> Row:
-    """The host link, measured (a pinned round trip), against the card's datasheet."""
-    from labkit.instruments.roofline import measure_host_bandwidth
-
-    measured, spec = measure_host_bandwidth("cuda"), spec_for(torch.cuda.get_device_name())
-    value = f"{measured / 1e9:.3g} GB/s each way (pinned, on the current stream)"
-    if spec is None or not spec.host_bandwidth:
-        return Row("offload: host link", value, "no spec sheet: reported only", True)
-    return Row("offload: host link", value + f" ({measured / spec.host_bandwidth:.0%} of {spec.name}'s)",
-               "measured <= spec x 1.1", measured <= 1.1 * spec.host_bandwidth)
-
-
-def write_json(rows: list[Row], device: str, seconds: float, memory: str, folder: Path = ROOT / "docs" / "gpu",
-               today: str | None = None) -> Path:
-    """The run as one JSON file under `folder`, named by card, memory, torch and date; a second run on the same
-    day gets a number after the date, never overwriting the first."""
-    import dataclasses
-    import datetime
-    import re
-
-    today = today or datetime.date.today().isoformat()
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    stem = f"{slug}-{memory.lower()}-torch{torch.__version__.split('+')[0]}-{today}"
+    base = f"{slug}-{memory.lower()}-torch{torch_version.split('+')[0]}-{today}"
     folder.mkdir(parents=True, exist_ok=True)
-    path = next(p for n in range(1, 1000) if not (p := folder / (stem + (f"-{n}" if n > 1 else "") + ".json")).exists())
-    path.write_text(json.dumps({"device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
-                                "date": today, "memory": memory, "seconds": round(seconds, 1),
-                                "ok": all(r.ok for r in rows), "rows": [dataclasses.asdict(r) for r in rows]},
-                               indent=1) + "\n")
-    return path
+    return next(p for n in range(1, 1000) if not (p := folder / (base + (f"-{n}" if n > 1 else ""))).exists()
+                and not _with(p, ".json").exists() and not _with(p, ".jsonl").exists())
 
 
-# Run in each lab's kernel before its first cell: the allocator's peak of every cell, reset after it.
-# A meter inside a cell resets the allocator's peak on entry: the reset is wrapped to keep what it drops.
-_RECORD = """
-import torch as _t
-_cell_peaks, _dropped, _reset = [], [0], _t.cuda.reset_peak_memory_stats
-def _keeping_reset(*args, **kwargs):
-    if _t.cuda.is_initialized():
-        _dropped[0] = max(_dropped[0], _t.cuda.max_memory_allocated())
-    _reset(*args, **kwargs)
-_t.cuda.reset_peak_memory_stats = _keeping_reset
-def _record(result):
-    if _t.cuda.is_initialized():
-        peak = max(_dropped[0], _t.cuda.max_memory_allocated())
-        _cell_peaks.append((peak, (result.info.raw_cell or "").strip()[:60]))
-        _dropped[0] = 0
-        _reset()
-get_ipython().events.register("post_run_cell", _record)
-"""
-# ... and after its last: one JSON line with the measured and the predicted peaks.
-_REPORT = """
-import json
-from labkit.env.profile import gpu_choice as _choice
-print("LABKIT-PEAK " + json.dumps({"measured": max([p for p, _ in _cell_peaks], default=0),
-      "top": sorted(_cell_peaks, reverse=True)[:3], "predicted": _choice().labs, "scale": _choice().scale}))
-"""
+def _with(path: Path, suffix: str) -> Path:
+    """`path` with `suffix` added (not replaced: "torch2.11.0-2026-12-04" has dots of its own)."""
+    return path.parent / (path.name + suffix)
 
 
-def lab_peaks(memory: str, deadline: float) -> list[Row]:
-    """Execute each solution notebook that sizing predicts a peak for (01-07) on the gpu profile as on a card of `memory` (LABKIT_GPU_MEMORY caps
-    the allocator there): the allocator's peak against the lab's predicted peak. Labs not started by
-    `deadline` (time.monotonic()) are reported as skipped."""
-    import nbformat
-    from nbclient import NotebookClient
+class Run:
+    """One gpu-check run: rows measured in child processes, each appended to the JSON lines file as it ends."""
 
-    rows: list[Row] = []
-    with mock.patch.dict(os.environ, {"LABKIT_PROFILE": "gpu", "LABKIT_GPU_MEMORY": memory}):
-        for entry in sizing_labs():
-            path, lab = entry.solution(ROOT), entry.number
-            if time.monotonic() > deadline:
-                rows.append(Row(f"lab {lab} peak on {memory}", "skipped: out of time", "measured <= predicted", False))
-                continue
-            nb = nbformat.read(path, as_version=4)
-            nb.cells.insert(0, nbformat.v4.new_code_cell(_RECORD))
-            nb.cells.append(nbformat.v4.new_code_cell(_REPORT))
-            start = time.perf_counter()
+    def __init__(self, path: Path, header: dict[str, Any], deadline: float) -> None:
+        self.path, self.header, self.deadline = path, header, deadline
+        self.rows: list[Row] = []
+        self.child: subprocess.Popen | None = None
+        self.start = time.monotonic()
+        self.lines: TextIO = _with(path, ".jsonl").open("a")
+        self._write({"header": header})
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        self.lines.write(json.dumps(obj) + "\n")
+        self.lines.flush()
+        os.fsync(self.lines.fileno())
+
+    def add(self, row: Row) -> None:
+        """Keep `row` and write its line now."""
+        self.rows.append(row)
+        self._write(dataclasses.asdict(row))
+        mark = "ok" if row.ok else "FAILED"
+        print(f"gpu-check row {mark}: {row.name}: {row.value} ({row.seconds:.0f} s)", flush=True)
+
+    def measure(self, key: str, command: list[str], out: Path, limit: float) -> Row:
+        """Run `command` (which writes row `key` to `out`) with `limit` seconds; its row, or why there is none."""
+        left = self.deadline - time.monotonic()
+        if left < 10:
+            return Row(key, f"not run: out of time ({max(0, left):.0f} s of the run's limit left)", "runs", False)
+        allowed = min(limit, left)
+        start = time.monotonic()
+        proc = self.child = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
+        try:
+            proc.wait(timeout=allowed)
+        except subprocess.TimeoutExpired:
+            end_tree(proc)
+            return Row(key, f"cut at its time limit, {allowed:.0f} s", "finishes in its limit", False,
+                       seconds=round(time.monotonic() - start, 1))
+        finally:
+            self.child = None
+        if not out.exists() or not out.read_text():
+            return Row(key, f"its process exited with code {proc.returncode} and wrote no row", "runs", False,
+                       seconds=round(time.monotonic() - start, 1))
+        found = json.loads(out.read_text())
+        found["seconds"] = round(time.monotonic() - start, 1)  # the process's start included
+        return Row(**found)
+
+    def interrupted(self, key: str | None) -> None:
+        """SIGTERM: end the running row's processes, record it, write the summary."""
+        if self.child is not None:
+            end_tree(self.child)
+        if key is not None:
+            self.add(Row(key, "interrupted (SIGTERM) while running", "runs", False))
+        self.finish()
+
+    def finish(self) -> Path:
+        """The whole run as one JSON file beside the lines; the table printed."""
+        seconds = time.monotonic() - self.start
+        summary = {**self.header, "seconds": round(seconds, 1), "ok": bool(self.rows) and all(r.ok for r in self.rows),
+                   "rows": [dataclasses.asdict(r) for r in self.rows]}
+        out = _with(self.path, ".json")
+        out.write_text(json.dumps(summary, indent=1) + "\n")
+        self.lines.close()
+        print_table(self.rows, seconds)
+        print(f"written: {out} and {_with(self.path, '.jsonl').name} (commit them: measured figures on a real card)")
+        return out
+
+
+def end_tree(proc: subprocess.Popen) -> None:
+    """End `proc` and every process under it (a lab's kernel runs in a session of its own): SIGTERM, a moment,
+    then SIGKILL; reaped."""
+    try:
+        import psutil
+
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except Exception:  # noqa: BLE001 - already gone, or no psutil: the process group is all there is
+        tree = []
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for p in tree:
             try:
-                NotebookClient(nb, timeout=max(30, int(deadline - time.monotonic()) + 30), kernel_name="python3",
-                               resources={"metadata": {"path": str(path.parent)}}).execute()
-            except Exception as e:  # a cell that fails is this lab's row, not the end of the check
-                print(f"lab {lab} failed:\n{str(e)[-4000:]}")
-                rows.append(Row(f"lab {lab} peak on {memory}", f"{type(e).__name__}: {str(e)[-200:]}",
-                                "runs", False))
-                continue
-            text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
-            figures = json.loads(text.split("LABKIT-PEAK ", 1)[1])
-            print(f"lab {lab}: {json.dumps(figures)}")
-            measured, predicted = figures["measured"], figures["predicted"][lab]
-            rows.append(Row(f"lab {lab} peak on {memory} (x{figures['scale']})",
-                            f"{measured / 2**30:.2f} GiB vs predicted {predicted / 2**30:.2f} "
-                            f"({measured / predicted:.0%}), {time.perf_counter() - start:.0f} s",
-                            "measured <= predicted", measured <= predicted))
-    return rows
+                p.send_signal(sig)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait)
+            if not any(_alive(p) for p in tree):
+                return
+        except subprocess.TimeoutExpired:
+            continue
 
 
-def main(memory: str | None = None, labs_seconds: float = 420) -> int:
-    """Run every GPU check as on a card with `memory` free (default: $LABKIT_GPU_MEMORY, else 16GiB); print
-    the table last; exit 1 if any check failed. The labs get `labs_seconds` in all."""
+def _alive(p: Any) -> bool:
+    try:
+        return p.is_running() and p.status() != "zombie"
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def print_table(rows: Sequence[Row], seconds: float) -> None:
+    """The summary table, last."""
+    width = max([len(r.name) for r in rows] + [5])
+    print(f"\nlabkit gpu-check summary ({seconds:.0f} s)")
+    print(f"{'check':{width}}  ok    {'seconds':>7}  {'measured':60}  bar")
+    for r in rows:
+        print(f"{r.name:{width}}  {'yes' if r.ok else 'NO ':4}  {r.seconds:7.0f}  {r.value:60}  {r.bar}")
+
+
+def run_rows(keys: Sequence[str], run: Run, command=row_command, limits: dict[str, float] | None = None) -> None:
+    """Measure each row of `keys` in its own process, in order; SIGTERM handled (see Run.interrupted)."""
+    current: list[str | None] = [None]
+
+    def on_term(signum: int, frame: Any) -> None:
+        run.interrupted(current[0])
+        sys.exit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpucheck-") as tmp:
+            for key in keys:
+                current[0] = key
+                out = Path(tmp) / f"{key}.json"
+                limit = (limits or {}).get(key, ROWS[key][1] if key in ROWS else 60)
+                run.add(run.measure(key, command(key, out), out, limit))
+                current[0] = None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(memory: str | None = None, seconds: float = 480, only: Sequence[str] = ()) -> int:
+    """Run the rows `only` (default: DEFAULT) as on a card with `memory` free (default: $LABKIT_GPU_MEMORY, else
+    16GiB) within `seconds`; print the table last; exit 1 if any row failed."""
+    import datetime
+
+    import torch
+
+    unknown = [k for k in only if k not in ROWS]
+    if unknown:
+        print(f"labkit gpu-check: unknown row(s) {', '.join(unknown)}; choose among {', '.join(ROWS)}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("labkit gpu-check: torch sees no CUDA device; nothing to run here (the CPU suite is `make test`).")
         return 0
-    import os
-
     memory = memory or os.environ.get("LABKIT_GPU_MEMORY") or "16GiB"
-    os.environ["LABKIT_GPU_MEMORY"] = memory  # this process, the pytest it starts and the lab kernels
-    start = time.perf_counter()
-    print(f"labkit gpu-check on {torch.cuda.get_device_name()} with torch {torch.__version__}, sized as on a card "
-          f"with {memory} free")
+    os.environ.update(LABKIT_GPU_MEMORY=memory, LABKIT_PROFILE="gpu")  # the rows, the pytest and the lab kernels
+    device, today = torch.cuda.get_device_name(), datetime.date.today().isoformat()
+    print(f"labkit gpu-check on {device} with torch {torch.__version__}, sized as on a card with {memory} free; "
+          f"{seconds:.0f} s in all", flush=True)
     from labkit.env.doctor import doctor
 
     doctor()
-    checks = [
-        _gpu_tests,
-        _meter_vs_allocator,
-        # time is reported, not judged: a ratio of timings on a shared machine is no pass/fail bar
-        _bench("recompute", "bench recompute (gpu profile)", "peak/torch <= 1.02, peak/none <= 0.5, bitwise",
-               lambda f: f["peak_ratio_vs_torch"] <= 1.02 and f["peak_ratio_vs_none"] <= 0.5
-               and f["grads_bitwise_equal"]),
-        _bench("formula", "bench formula (CPU configs)", "max_rel_error <= 0.15", lambda f: f["max_rel_error"] <= 0.15),
-        _bench("policies", "bench policies (gpu profile)", "selective cuts >= 2.5x, yours == PyTorch's bytes, bitwise",
-               lambda f: f["selective_bytes_cut"] >= 2.5 and all(
-                   p["activation_bytes"] == p["bytes_torch"] and p["grads_equal_ours"] and p["grads_equal_torch"]
-                   for p in f["policies"])),
-        # the planner's plan (offload among its ways on a GPU) fits the budget the bench sets, as predicted
-        _bench("plan", "bench plan (gpu profile)", "measured peak <= budget, predicted within 25%, none over",
-               lambda f: f["measured_peak"] <= f["budget_bytes"] and not f["fits"]["none"]
-               and abs(f["predicted_peak"] - f["measured_peak"]) <= 0.25 * f["measured_peak"]),
-        # the roofline bound holds from below: no op may beat its prediction by 2x; slower ops are reported
-        _bench("roofline", "bench roofline (gpu profile)", "every op >= 1 ms: measured >= predicted / 2",
-               lambda f: all(op["measured_s"] >= op["predicted_s"] / 2 for op in f["ops"] if op["measured_s"] >= 1e-3)),
-        _ceilings_vs_spec,
-        _offload,
-    ]
-    rows = []
-    for check in checks:
-        try:
-            rows.append(check())
-        except Exception as e:  # a broken check is a failed row, and the table still prints
-            rows.append(Row(getattr(check, "__name__", "check"), f"{type(e).__name__}: {e}"[:160], "runs", False))
-    # then the labs, each in its own kernel, as a student on a card of `memory` would run them
-    rows += lab_peaks(memory, time.monotonic() + labs_seconds)
-    width = max(len(r.name) for r in rows)
-    print(f"\nlabkit gpu-check summary ({time.perf_counter() - start:.0f} s)")
-    print(f"{'check':{width}}  ok    {'measured':60}  bar")
-    for r in rows:
-        print(f"{r.name:{width}}  {'yes' if r.ok else 'NO ':4}  {r.value:60}  {r.bar}")
-    path = write_json(rows, torch.cuda.get_device_name(), time.perf_counter() - start, memory)
-    print(f"written: {path.relative_to(ROOT)} (commit it: measured figures on a real card)")
-    return 0 if all(r.ok for r in rows) else 1
+    header = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda, "date": today,
+              "memory": memory, "rows_asked": list(only or DEFAULT), "seconds_allowed": seconds}
+    run = Run(stem(device, memory, torch.__version__, today, FOLDER), header, time.monotonic() + seconds)
+    run_rows(list(only or DEFAULT), run)
+    run.finish()
+    return 0 if all(r.ok for r in run.rows) else 1

@@ -344,8 +344,37 @@ def check_gpu_share(state: Any = FROM_SYSTEM) -> Check:
                  "a MIG slice", severity="warning")
 
 
+def _allocator_state() -> tuple[int, int, str | None] | None:
+    """(allocated, reserved) bytes of this process's CUDA caching allocator and PYTORCH_CUDA_ALLOC_CONF; None
+    without CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+
+
+def check_allocator(state: tuple[int, int, str | None] | None = FROM_SYSTEM) -> Check:
+    """On CUDA, this process's allocated against reserved bytes, and whether the caching allocator expands its
+    segments (without, reserved memory has been seen at 5x allocated: labkit.env sets it unless you did)."""
+    state = _allocator_state() if state is FROM_SYSTEM else state
+    if state is None:
+        return Check("allocator", True, "no CUDA: allocated is all there is")
+    allocated, reserved, conf = state
+    now = f"{allocated / 2**30:.2f} GiB allocated, {reserved / 2**30:.2f} GiB reserved"
+    if "expandable_segments:true" not in (conf or "").replace(" ", "").lower():
+        return Check("allocator", False, f"{now}; PYTORCH_CUDA_ALLOC_CONF={conf!r}: the caching allocator keeps "
+                     "whole segments, and reserved memory can grow to several times what is allocated",
+                     "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the first CUDA tensor (restart "
+                     "the kernel), or call torch.cuda.empty_cache() between sections on a shared GPU",
+                     severity="warning")
+    return Check("allocator", True, f"{now}; expandable segments")
+
+
 CHECKS: tuple[Callable[[], Check], ...] = (
-    check_torch, check_profile, check_widgets, check_backend, check_cuda, check_shm, check_gpu_share)
+    check_torch, check_profile, check_widgets, check_backend, check_cuda, check_shm, check_gpu_share, check_allocator)
 
 
 def _sizes_line(profile: str) -> str:

@@ -3,8 +3,9 @@
 ``launch(work, *args)`` starts `ranks` processes in one process group (gloo on the CPU; nccl when there is a
 CUDA device per rank) and returns each rank's ``work(rank, ranks, *args)``, a dict, in rank order.
 
-Start and teardown. The ranks are forked on Linux without CUDA (they share the imports already made, which
-saves seconds a rank on a small machine); elsewhere, and for CUDA, spawned. Each rank sends its figures or
+Start and teardown. The ranks are forked on Linux where torch sees no CUDA (they share the imports already
+made, which saves seconds a rank on a small machine); elsewhere, and wherever CUDA is available (even with fewer
+GPUs than ranks: the parent may have run a CUDA backward, after which a forked rank's autograd fails), spawned. Each rank sends its figures or
 its error on its own pipe before it leaves the process group, so a rank's own error arrives before its peer's
 "connection closed". The parent waits for all ranks up to a timeout, then ends and reaps every child in all
 cases (a moment to exit, then SIGTERM, then SIGKILL): ``RankError`` names the rank that failed.
@@ -154,8 +155,11 @@ def _stop(procs: list[Any], grace: float) -> None:
 
 
 def _start_method(ranks: int) -> str:
-    """fork on Linux where the ranks use no CUDA (they share the parent's imports); spawn elsewhere."""
-    return "fork" if sys.platform == "linux" and not on_gpus(ranks) else "spawn"
+    """fork on Linux where this process can use no CUDA at all (the ranks share the parent's imports); spawn
+    elsewhere. A process that has run a CUDA backward cannot fork ranks that use autograd ("Unable to handle
+    autograd's threading in combination with fork-based multiprocessing"): one GPU, whose ranks run on the CPU,
+    is such a process."""
+    return "fork" if sys.platform == "linux" and not torch.cuda.is_available() else "spawn"
 
 
 def _free_port() -> int:

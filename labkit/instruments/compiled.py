@@ -19,7 +19,24 @@ import torch
 
 from labkit.instruments.meter import active_meter, entered_meters
 
-__all__ = ["Compiled"]
+__all__ = ["Compiled", "recompile_limits"]
+
+# How many Compiled share each code object: every block of a model shares its class's forward, and each budget
+# compiles it again, so one code object takes blocks x budgets cache entries (72 for lab 07's 8 blocks at 9
+# budgets), more than any fixed limit would fit
+_SHARING: dict[Any, int] = {}
+
+
+def _code(fn: Callable[..., Any]) -> Any:
+    """The code object dynamo keys its cache on: a bound method's function's."""
+    return getattr(getattr(fn, "__func__", fn), "__code__", fn)
+
+
+def recompile_limits(fn: Callable[..., Any]) -> tuple[int, int]:
+    """dynamo's (recompile_limit, accumulated_recompile_limit) for a call of a Compiled of `fn`: twice the
+    Compiled made of its code (a training and an evaluation graph each, at most) and of all code, plus dynamo's
+    defaults (8, 256), so that hitting a limit means a real runaway (fail_on_recompile_limit_hit: an error)."""
+    return 8 + 2 * _SHARING.get(_code(fn), 0), 256 + 2 * sum(_SHARING.values())
 
 
 class Compiled:
@@ -32,7 +49,8 @@ class Compiled:
             raise ValueError(f"Compiled: budget={budget!r} must be a number from 0 to 1")
         if backend not in ("aot_eager_decomp_partition", "inductor"):
             raise ValueError(f"Compiled: backend={backend!r}; allowed: aot_eager_decomp_partition, inductor")
-        self.budget, self.backend, self.graphs_run = float(budget), backend, 0
+        self.budget, self.backend, self.graphs_run, self.fn = float(budget), backend, 0, fn
+        _SHARING[_code(fn)] = _SHARING.get(_code(fn), 0) + 1
         # fullgraph: a graph break would run the code between graphs eagerly, outside every meter (unseen)
         self._compiled = torch.compile(fn, backend=self._backend, dynamic=False, fullgraph=True)
 
@@ -56,10 +74,12 @@ class Compiled:
         import torch._functorch.config as functorch_config
 
         meter = active_meter()
-        # one function compiled at several budgets (and for each block) takes a cache entry each: more than
-        # dynamo's default 8, and at its limit an error rather than a silent fall back to eager
+        # one function compiled at several budgets (and for each block) takes a cache entry each: limits sized
+        # from how many share it (recompile_limits), and at a limit an error rather than a silent fall back to eager
+        limit, accumulated = recompile_limits(self.fn)
         with functorch_config.patch(activation_memory_budget=self.budget), \
-                dynamo_config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True), \
+                dynamo_config.patch(recompile_limit=limit, accumulated_recompile_limit=accumulated,
+                                    fail_on_recompile_limit_hit=True), \
                 meter.outside() if meter is not None else contextlib.nullcontext():
             return self._compiled(*args, **kwargs)
 

@@ -133,7 +133,9 @@ def largest_batch(fits: Callable[[int], bool], start: int = 1, most: int = 2**16
     for name, value in (("start", start), ("most", most)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"largest_batch: {name}={value!r} must be an int >= 1")
-    start = min(start, most)
+    if start > most:  # clamping would report `most` as the answer for every scheme that fits it
+        raise ValueError(f"largest_batch: start={start} is above most={most}; raise most to at least start "
+                         "(the profile's batch grows with the card)")
     if fits(start):
         low, high = start, None  # fits(low); high: the least batch known not to fit
         while high is None:

@@ -236,13 +236,15 @@ def _under_policy(forward: Callable[..., Any], names: list[str], save: list[int]
     from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
     def context_fn() -> Any:
-        at = [0]
+        # forward and recomputation count apart: torch 2.11 asks the policy during recomputation too
+        # (ctx.is_recompute True there); 2.13 asks in forward only, is_recompute always False
+        at = {False: 0, True: 0}
 
         def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
             if op in OPS_TO_ALWAYS_SKIP:  # not in the estimator's list (aten.clone among them): recomputed
                 return CheckpointPolicy.PREFER_RECOMPUTE
-            i = at[0]
-            at[0] += 1
+            i = at[ctx.is_recompute]
+            at[ctx.is_recompute] += 1
             if i >= len(names) or names[i] != op._overloadpacket.__name__:
                 want = names[i] if i < len(names) else "no more ops"
                 raise ValueError(f"sac_applied: {fqn} runs {op} as its op {i}, where SACEstimator traced {want}; "
