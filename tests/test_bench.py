@@ -103,7 +103,7 @@ def test_gpu_check_names_its_run_by_card_memory_torch_and_date_and_never_overwri
     found = json.loads(run.finish().read_text())
     assert found["device"] == "NVIDIA H200" and found["ok"] is False
     assert found["rows"][0] == {"name": "pytest -m gpu", "value": "3 passed", "bar": "all pass", "ok": True,
-                                "seconds": 17.0, "figures": {}}
+                                "seconds": 17.0, "figures": {}, "key": ""}
     assert "not run: out of time" in found["rows"][1]["value"]
     again = gpucheck.stem("NVIDIA H200", "16GiB", "2.11.0+cu130", "2026-12-03", tmp_path)
     assert again.name == first.name + "-2"

@@ -176,7 +176,9 @@ def run_rows(keys: Sequence[str], run: Run, command=row_command, limits: dict[st
                 current[0] = key
                 out = Path(tmp) / f"{key}.json"
                 limit = (limits or {}).get(key, ROWS[key][1] if key in ROWS else 60)
-                run.add(run.measure(key, command(key, out), out, limit))
+                row = run.measure(key, command(key, out), out, limit)
+                row.key = key
+                run.add(row)
                 current[0] = None
     finally:
         signal.signal(signal.SIGTERM, previous)

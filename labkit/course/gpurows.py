@@ -33,6 +33,7 @@ class Row:
     ok: bool
     seconds: float = 0.0  # how long the row took, its process's start included
     figures: dict[str, Any] = field(default_factory=dict)  # the numbers behind `value`
+    key: str = ""  # its key in ROWS (what --only takes)
 
 
 def gpu_tests() -> Row:
