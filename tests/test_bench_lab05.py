@@ -1,4 +1,4 @@
-"""Lab 05's benchmark: the roofline JSON on tiny, and worst_ratio judged over ops of 1 ms or more only."""
+"""Lab 05's benchmark: the roofline JSON on tiny, and a bar that holds every op priced (none checked: not held)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import torch
 
 import labkit as lk
 from labkit import bench
-from labkit.bench.lab05 import op_rows, worst_ratio
+from labkit.bench.lab05 import bar_holds, op_rows, predicted_seconds, slowest_ratio, worst_ratio
 from labkit.instruments.ops import OpRecord
 from labkit.instruments.roofline import Ceilings
 from labkit.reference.roofline import compute_seconds, roofline_seconds
@@ -17,15 +17,18 @@ from labkit.reference.roofline import compute_seconds, roofline_seconds
 def test_roofline_on_tiny_reports_every_key_with_its_type():
     figures = bench.roofline(lk.sizes("tiny"))
     json.dumps(figures)  # what `bench roofline --json` prints
-    for key in ("peak_flops", "peak_bandwidth", "random_rate"):
-        assert isinstance(figures[key], float) and figures[key] > 0
+    for key in ("peak_flops", "peak_bandwidth", "random_rate", "special_rate", "launch_seconds",
+                "one_launch_alone_seconds", "worst_ratio", "slowest_ratio"):
+        assert isinstance(figures[key], float) and figures[key] > 0, key
     assert figures["config"]["profile"] == "tiny"
-    assert figures["worst_ratio"] is None or figures["worst_ratio"] >= 1
+    assert figures["ops_checked"] == len(figures["ops"]) > 0  # every op priced is held to the bar
+    assert figures["bar_holds"] == (figures["worst_ratio"] <= 2)
+    assert figures["timing"].startswith("wall clock") and figures["peak_bandwidth"] == figures["bandwidths"][-1][1]
     names = [op["name"] for op in figures["ops"]]
     assert "bmm#0" in names and "native_dropout#0" in names and not any(n.startswith("view") for n in names)
     for op in figures["ops"]:
         assert set(op) == {"name", "module", "intensity", "achieved", "predicted_s", "measured_s", "bound"}
-        assert op["bound"] in ("compute", "memory", "random")
+        assert op["bound"] in ("compute", "memory", "random", "launch")
         assert op["intensity"] > 0 and op["achieved"] > 0 and op["predicted_s"] > 0 and op["measured_s"] > 0
     assert "roofline" in bench.BENCHMARKS
 
@@ -35,16 +38,33 @@ def fake(key: str, seconds: float, nbytes: int) -> OpRecord:
                     elements=nbytes // 8, is_view=False, in_place=False, random=False, seconds=seconds)
 
 
-def test_worst_ratio_counts_only_ops_of_a_millisecond_or_more():
+def test_the_bar_holds_every_op_however_fast_and_fails_when_it_checked_none():
+    """The old bar kept ops of 1 ms or more: on an H200 none was, and it passed having checked nothing."""
     ceilings = Ceilings("cpu", torch.float32, 1e15, 1e9, None)
-    records = [fake("slow#0", 4e-3, 10 ** 6),  # predicted 1 ms, measured 4 ms: ratio 4
-               fake("fast#0", 1e-4, 10 ** 6),  # predicted 1 ms, measured 0.1 ms: ratio 10, but under 1 ms
-               fake("over#0", 1e-3, 4 * 10 ** 6)]  # predicted 4 ms, measured 1 ms: ratio 4 the other way
+    records = [fake("slow#0", 4e-3, 10 ** 6),  # predicted 1 ms, measured 4 ms: slower, never judged
+               fake("fast#0", 1e-4, 10 ** 5),  # predicted 0.1 ms, measured 0.1 ms
+               fake("over#0", 1e-3, 4 * 10 ** 6)]  # predicted 4 ms, measured 1 ms: beat its bound 4x
     rows = op_rows(records, ceilings, roofline_seconds, compute_seconds)
     assert [r["bound"] for r in rows] == ["memory"] * 3
-    assert worst_ratio(rows) == pytest.approx(4)
-    assert worst_ratio(rows, least_seconds=0) == pytest.approx(10)
-    assert worst_ratio(rows[1:2]) is None
+    assert worst_ratio(rows) == pytest.approx(4) and slowest_ratio(rows) == pytest.approx(4)
+    assert not bar_holds(rows) and bar_holds(rows[:2]) and bar_holds(rows, bar=4)
+    assert worst_ratio([]) is None and not bar_holds([])  # checked nothing: the bar has not held
+    tiny = [fake("tiny#0", 1e-5, 10 ** 5)]  # 10 µs against 100 µs predicted: under 1 ms, judged all the same
+    assert not bar_holds(op_rows(tiny, ceilings, roofline_seconds, compute_seconds))
+    with pytest.raises(ValueError, match="measured_s=None"):
+        worst_ratio([{"name": "x#0", "predicted_s": 1e-3, "measured_s": None}])
+
+
+def test_an_op_costs_at_least_one_launch_and_meets_the_bandwidth_of_its_footprint():
+    c = Ceilings("cuda:0", torch.bfloat16, 1e15, 1e12, None, launch_seconds=1e-5,
+                 bandwidths=((10 ** 6, 4e12), (10 ** 9, 1e12)))
+    cast, big = fake("_to_copy#0", 1.5e-5, 10 ** 6), fake("mul#0", 1e-3, 10 ** 9)
+    assert predicted_seconds(cast, c, roofline_seconds) == 1e-5  # 0.25 µs of bytes, one 10 µs launch
+    assert predicted_seconds(big, c, roofline_seconds) == pytest.approx(1e-3)  # beyond the cache: peak bandwidth
+    mid = fake("add#0", 1e-4, 10 ** 8)  # 100 MB, in the 1 MB footprint's reach: 25 µs at 4 TB/s
+    assert predicted_seconds(mid, c, roofline_seconds) == pytest.approx(2.5e-5)
+    rows = op_rows([cast, mid, big], c, roofline_seconds, compute_seconds)
+    assert [r["bound"] for r in rows] == ["launch", "memory", "memory"]
 
 
 def test_each_op_is_set_against_each_precisions_ridge():

@@ -127,13 +127,17 @@ def test_host_bandwidth_is_a_pinned_asynchronous_round_trip_timed_on_the_device(
 def test_the_ceilings_are_measured_at_the_sizes_given_else_the_profiles(monkeypatch):
     seen = []
     for name in ("_peak_flops", "_bandwidth", "_random_rate", "_special_rate"):
-        monkeypatch.setattr(rl, name, lambda device, dtype, size, repeats, name=name: seen.append((name, size)) or 1.0)
+        monkeypatch.setattr(rl, name, lambda device, dtype, size, repeats, name=name: seen.append((name, size)) or (
+            ((8, 2.0), (32, 1.0)) if name == "_bandwidth" else 1.0))
+    monkeypatch.setattr(rl, "measure_launch", lambda device, repeats: (2e-6, 1e-6))
     for given, name in ((FIXED["cpu"], "cpu"), (None, lk.sizes().name)):
         seen.clear()
-        rl.measure_ceilings(size=given)
+        c = rl.measure_ceilings(size=given)
         sides, mib, draws, special = MEASURE_SIZES[name]
-        assert seen == [("_peak_flops", sides), ("_bandwidth", mib), ("_random_rate", draws),
-                        ("_special_rate", special)]
+        assert sorted(seen) == sorted([("_peak_flops", sides), ("_bandwidth", mib), ("_random_rate", draws),
+                                       ("_special_rate", special)])
+        # the peak bandwidth is the largest footprint's, beyond the caches; the launch floor the amortised one
+        assert (c.peak_bandwidth, c.bandwidths, c.launch_seconds) == (1.0, ((8, 2.0), (32, 1.0)), 1e-6)
 
 
 def test_specs_carry_sources_and_sane_magnitudes():
@@ -159,7 +163,8 @@ def test_measure_ceilings_on_tiny_are_positive():
 
 def test_each_ceiling_is_the_work_of_its_measurement_over_its_median_seconds(monkeypatch):
     """With a clock that always says a millisecond, each ceiling is exactly its work over 1 ms: 2n³ FLOPs of the
-    largest matmul, the bytes a copy reads and writes, the elements drawn and exponentiated."""
+    largest matmul, the bytes a copy reads and writes at each footprint, the elements drawn, and the elements of
+    the larger transcendental tensor (the best of exp, softmax and GELU, in cache and beyond it)."""
     from types import SimpleNamespace
 
     timed = []
@@ -174,8 +179,57 @@ def test_each_ceiling_is_the_work_of_its_measurement_over_its_median_seconds(mon
     c = rl.measure_ceilings("cpu", torch.float32, size)
     assert c.peak_flops == 2 * max(sides) ** 3 / 1e-3
     assert c.peak_bandwidth == 2 * (mib * 2**20 // 4) * 4 / 1e-3
-    assert c.random_rate == draws / 1e-3 and c.special_rate == special / 1e-3
-    assert len(timed) == len(sides) + 3
+    assert [n for n, _ in c.bandwidths] == [2 * mib * 2**20 // 4 ** k for k in reversed(range(rl.FOOTPRINTS))]
+    assert all(bw == n / 1e-3 for n, bw in c.bandwidths)
+    assert c.random_rate == draws / 1e-3 and c.special_rate == rl.SPECIAL_SCALE * special / 1e-3
+    assert c.launch_seconds == 1e-3
+    assert len(timed) == len(sides) + rl.FOOTPRINTS + 1 + 2 * 3 + 2  # matmuls, copies, dropout, 3 ops x 2, launch
+
+
+def test_the_transcendental_rate_is_the_best_ops_and_every_op_of_the_table_is_among_them(monkeypatch):
+    """Rule 4: a rate measured slower than an op runs is no bound on it, so special_rate is the fastest of exp and
+    the ops of TRANSCENDENTALS_PER_ELEMENT (log_softmax runs softmax's kernel), at either size."""
+    x = torch.ones(8)
+    assert {"softmax", "gelu"} == {op.lstrip("_") for op in rl.TRANSCENDENTALS_PER_ELEMENT} - {"log_softmax"}
+    assert set(rl._transcendental_ops(x)) == {"exp", "softmax", "gelu"}
+    medians = {("exp", 64): 4.0, ("softmax", 64): 2.0, ("gelu", 64): 8.0,
+               ("exp", 64 * rl.SPECIAL_SCALE): 64.0, ("softmax", 64 * rl.SPECIAL_SCALE): 16.0,
+               ("gelu", 64 * rl.SPECIAL_SCALE): 32.0}
+    ops = rl._transcendental_ops
+    monkeypatch.setattr(rl, "_transcendental_ops", lambda x: {name: (name, x.numel()) for name in ops(x)})
+    monkeypatch.setattr(rl, "benchmark", lambda call, **kw: type("T", (), {"median": medians[call]})())
+    assert rl._special_rate(torch.device("cpu"), torch.float32, 64, 3) == 64 * rl.SPECIAL_SCALE / 16.0
+
+
+def test_an_op_replayed_on_the_same_buffers_meets_the_bandwidth_of_its_footprint():
+    """bandwidth_at: the largest footprint measured not above the op's bytes (the smallest below them all); a
+    smaller copy slowed by its launch is passed over for a larger, faster one; spec sheets have peak only."""
+    c = rl.Ceilings("cpu", torch.float32, 1e11, 1e10, None, bandwidths=((100, 5e9), (1000, 4e10), (10000, 1e10)))
+    assert [c.bandwidth_at(n) for n in (1, 100, 999, 1000, 5000, 10 ** 9)] == [4e10, 4e10, 4e10, 4e10, 4e10, 1e10]
+    assert c.hot(500).peak_bandwidth == 4e10 and c.hot(500).bandwidths == c.bandwidths
+    assert CEIL.bandwidth_at(10) == CEIL.peak_bandwidth
+    for bad in (((10, 1.0), (5, 1.0)), ((10, 0.0),), ((10, 1.0), (10, 2.0))):
+        with pytest.raises(rl.RooflineError, match="bandwidths="):
+            rl.Ceilings("x", torch.float32, 1.0, 1.0, None, bandwidths=bad)
+    with pytest.raises(rl.RooflineError, match="launch_seconds=0"):
+        rl.Ceilings("x", torch.float32, 1.0, 1.0, None, launch_seconds=0)
+
+
+def test_the_launch_floor_is_one_launch_alone_and_as_benchmark_times_it(monkeypatch):
+    seen = []
+    monkeypatch.setattr(rl, "benchmark", lambda fn, *a, calls=None, **kw: seen.append((fn, calls, kw["device"]))
+                        or type("T", (), {"median": 3.0 if calls == 1 else 1.0})())
+    assert rl.measure_launch("cpu", repeats=3) == (3.0, 1.0)
+    assert seen == [(rl.LAUNCH_OP, 1, torch.device("cpu")), (rl.LAUNCH_OP, None, torch.device("cpu"))]
+
+
+def test_sizing_holds_the_transcendental_tensors():
+    """labkit/env/sizing.py predicts lab 05's ceilings cell from MEASURE_SIZES with SPECIAL_SCALE written out."""
+    from labkit.env.sizing import lab_branches
+
+    for name in ("tiny", "cpu"):
+        special = MEASURE_SIZES[name][3]
+        assert lab_branches(FIXED[name])["05"]["ceilings"] >= 4 * 4 * rl.SPECIAL_SCALE * special
 
 
 def test_the_trace_counts_a_matmuls_flops_as_pytorch_does():

@@ -1,13 +1,15 @@
 """timing: arithmetic, call counts and ABBA order, against a fake clock; never wall-clock values."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 
 import pytest
 import torch
 
-from labkit.instruments.timing import Comparison, Timing, benchmark, compare, resolve_device
+from labkit.instruments.timing import (Comparison, Timing, benchmark, calls_per_sample, compare, resolve_device,
+                                       timing_method)
 
 
 @pytest.fixture(autouse=True)
@@ -257,3 +259,81 @@ def test_compare_on_cuda_counts_more_work_as_slower():
     c = compare(lambda: x @ x, lambda: [x @ x for _ in range(8)], repeats=5, device="cuda",
                 clock=lambda: pytest.fail("host clock used on CUDA"))
     assert c.ratio > 1  # 8x the FLOPs; behaviour, not a figure
+
+
+# -- amortised launches (Rule 5) ---------------------------------------------------
+
+def test_calls_per_sample_doubles_until_a_sample_spans_the_target():
+    tried = []
+
+    def span(n):  # a 40 µs launch latency once per sample, then 10 µs per call
+        tried.append(n)
+        return 40e-6 + n * 10e-6
+    assert calls_per_sample(span, target=1e-3) == 128 and tried == [1, 2, 4, 8, 16, 32, 64, 128]
+    tried.clear()
+    assert calls_per_sample(span, target=1e-3, most=20) == 20 and tried == [1, 2, 4, 8, 16]
+    assert calls_per_sample(lambda n: 1.0, target=1e-3) == 1  # one call already spans it: timed alone
+    for bad, match in ((dict(most=0), "most=0"), (dict(most=True), "most=True"), (dict(target=-1.0), "target=-1.0")):
+        with pytest.raises(ValueError, match=match):
+            calls_per_sample(lambda n: 1.0, **bad)
+
+
+class FakeCuda:
+    """CUDA as benchmark sees it, on the CPU: events read a fake clock, and each pair of events adds `latency`
+    (the launch the old one-call timing measured); a call takes `kernel` seconds of the device's time."""
+
+    def __init__(self, monkeypatch, latency: float, kernel: float) -> None:
+        self.now, self.latency, self.kernel, self.pairs = 0.0, latency, kernel, 0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                self.at = fake.now
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                fake.pairs += 1
+                return (end.at - self.at + fake.latency) * 1e3  # ms, as CUDA's
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+        self.calls = 0
+
+    def op(self):
+        self.calls += 1
+        self.now += self.kernel
+
+
+def test_benchmark_on_cuda_times_many_launches_between_one_pair_of_events(monkeypatch):
+    """A 5 µs kernel behind a 40 µs launch latency: one call between two events measured 45 µs (what the old
+    benchmark reported on an H200); amortised over the calls that span 1 ms, the latency is a small part of it."""
+    gpu = FakeCuda(monkeypatch, latency=40e-6, kernel=5e-6)
+    t = benchmark(gpu.op, warmup=1, repeats=5, device="cuda")
+    assert t.calls == 256 and t.n == 5  # 255 calls' span is the first at 1 ms or more: 40 + 256 x 5 µs
+    assert t.median == pytest.approx(5e-6 + 40e-6 / 256)
+    assert gpu.calls == 1 + (1 + 2 + 4 + 8 + 16 + 32 + 64 + 128 + 256) + 5 * 256
+    alone = benchmark(gpu.op, warmup=1, repeats=5, device="cuda", calls=1)
+    assert alone.calls == 1 and alone.median == pytest.approx(45e-6)  # the launch, as the old code timed it
+
+
+def test_benchmark_on_cpu_reads_the_clock_around_one_call_as_before():
+    clock = FakeClock()
+    fn = clock.work([3.0, 1.0, 2.0, 5.0])
+    t = benchmark(fn, warmup=1, repeats=3, clock=clock)
+    assert (t.samples, t.calls, len(fn.calls), clock.reads) == ([1.0, 2.0, 5.0], 1, 4, 6)
+    t = benchmark(fn, warmup=0, repeats=2, clock=clock, calls=3)  # asked for: three calls per reading
+    assert t.calls == 3 and t.samples == [5.0, 5.0]
+    with pytest.raises(ValueError, match="calls=0"):
+        benchmark(fn, calls=0)
+
+
+def test_timing_method_says_how_each_device_is_timed():
+    assert "wall clock" in timing_method("cpu") and "one call" in timing_method("cpu")
+    assert "CUDA events around N calls" in timing_method("cuda:0")

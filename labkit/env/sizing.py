@@ -133,7 +133,9 @@ def lab_branches(size: Sizes) -> dict[str, dict[str, int]]:
         "04": {"long stack": _gpt_step(long, 4)},
         # the same stack, or the ceilings' own buffers (a matmul's three squares, a copy's two)
         "05": {"long stack": _gpt_step(long, 4),
-               "ceilings": max(3 * max(sides) ** 2 * 4, 2 * mib * 2**20, 4 * draws, 8 * special)},
+               # transcendentals at 16 x `special` (roofline.SPECIAL_SCALE): the input, exp's output, softmax's or
+               # GELU's output and a temporary, float32 at most
+               "ceilings": max(3 * max(sides) ** 2 * 4, 2 * mib * 2**20, 4 * draws, 4 * 4 * 16 * special)},
         # the advisor's copy of `deep` or of the wide MLP: weights, gradients, Adam's two moments and the two
         # parameter-sized temporaries of its foreach step (measured on the MLP); beside them the notebook's deep
         # stack, wide MLP and small stack, each with its gradients

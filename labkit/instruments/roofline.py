@@ -16,12 +16,21 @@ Rule 2. Every number is measured here or cited: the ceilings by ``measure_ceilin
    intensity axis; on every machine here they are far from the compute roof, so they barely move a prediction).
 Rule 3. A spec sheet predicts, it never measures: ``GPUSpec`` holds a datasheet's figures, and its
    ``ceilings()`` are an input to a prediction, never a measurement.
+Rule 4. A ceiling is measured the way the ops it bounds run, or it bounds nothing: timed as ``benchmark``
+   times an op (on CUDA, many launches between one pair of events: labkit.instruments.timing, Rule 5), in
+   the dtype of the ceilings, and as the best rate measured (a ceiling measured slower than an op runs
+   would let the op beat its bound). So the transcendental rate is the best of exp, softmax and GELU, each
+   in cache and beyond it; the bandwidth is measured at several footprints (``Ceilings.bandwidths``: an op
+   replayed on the same buffers runs from whatever cache its bytes fit in, ``Ceilings.hot``), the largest
+   beyond every cache (``peak_bandwidth``: what a recomputation in a real step reads from); and every op
+   costs at least one launch (``launch_seconds``: a one-element add called as the trace replays an op).
 """
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -31,8 +40,8 @@ from labkit.instruments.ops import OpRecord
 from labkit.instruments.timing import benchmark
 
 __all__ = ["Ceilings", "GPUSpec", "GPU_SPECS", "ELEMENTWISE_FLOPS", "RooflineError", "achieved", "flops",
-           "intensity", "measure_ceilings", "measure_ceilings_by_dtype", "measure_host_bandwidth", "moves_data", "offload_seconds", "random_draws",
-           "TRANSCENDENTALS_PER_ELEMENT"]
+           "intensity", "measure_ceilings", "measure_ceilings_by_dtype", "measure_host_bandwidth", "measure_launch", "moves_data",
+           "offload_seconds", "random_draws", "TRANSCENDENTALS_PER_ELEMENT"]
 
 
 class RooflineError(ValueError):
@@ -49,15 +58,36 @@ class Ceilings:
     device: str  # "cpu", "cuda:0", or a spec sheet's GPU name
     dtype: torch.dtype  # the dtype the ceilings hold for
     peak_flops: float  # FLOP/s of a large square matmul
-    peak_bandwidth: float  # bytes/s read plus written by a large copy
+    peak_bandwidth: float  # bytes/s read plus written by a copy far larger than any cache
     random_rate: float | None  # random draws/s of native_dropout; None: not a limit (spec sheets)
-    special_rate: float | None = None  # exp evaluations/s on an in-cache tensor; None: not a limit
+    special_rate: float | None = None  # transcendentals/s (exp, erf), the best op's; None: not a limit
+    launch_seconds: float | None = None  # the least time any op takes, one launch (Rule 4); None: not known
+    bandwidths: tuple[tuple[int, float], ...] = ()  # (bytes moved, bytes/s) of a copy replayed at that footprint
 
     def __post_init__(self) -> None:
-        for name in ("peak_flops", "peak_bandwidth", "random_rate", "special_rate"):
+        for name in ("peak_flops", "peak_bandwidth", "random_rate", "special_rate", "launch_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:
-                raise RooflineError(f"Ceilings.{name}={value!r} must be a positive number of per-second units")
+                raise RooflineError(f"Ceilings.{name}={value!r} must be a positive number of per-second units"
+                                    if name != "launch_seconds" else
+                                    f"Ceilings.launch_seconds={value!r} must be positive seconds or None")
+        footprints = [nbytes for nbytes, _ in self.bandwidths]
+        if footprints != sorted(set(footprints)) or any(not (n > 0 and bw > 0) for n, bw in self.bandwidths):
+            raise RooflineError(f"Ceilings.bandwidths={self.bandwidths!r} must be (bytes, bytes/s) pairs, both "
+                                "positive, in increasing bytes")
+
+    def bandwidth_at(self, nbytes: float) -> float:
+        """Bytes/s an op moving `nbytes` can reach replayed on the same buffers: that of the largest measured
+        footprint not above `nbytes` (the smallest, below them all), or any larger one's where it is faster
+        (a small copy timed by its launch is no bound on bytes); peak_bandwidth where none was measured."""
+        if not self.bandwidths:
+            return self.peak_bandwidth
+        at = max([i for i, (n, _) in enumerate(self.bandwidths) if n <= nbytes], default=0)
+        return max(bw for _, bw in self.bandwidths[at:])
+
+    def hot(self, nbytes: float) -> Ceilings:
+        """These ceilings as a replay of an op moving `nbytes` meets them: peak_bandwidth at its footprint."""
+        return replace(self, peak_bandwidth=self.bandwidth_at(nbytes))
 
     @property
     def ridge(self) -> float:
@@ -136,11 +166,22 @@ def _peak_flops(device: torch.device, dtype: torch.dtype, sides: tuple[int, ...]
     return best
 
 
-def _bandwidth(device: torch.device, dtype: torch.dtype, mib: int, repeats: int) -> float:
-    src = torch.ones(mib * 2 ** 20 // dtype.itemsize, device=device, dtype=dtype)
+FOOTPRINTS = 6  # the bandwidth is measured at the copy's size and at 1/4, 1/16, ... 1/1024 of it (Rule 4)
+SPECIAL_SCALE = 16  # the transcendental rate is measured in cache and at this many times more elements
+LAUNCH_OP = torch.ops.aten.add.Tensor  # a one-element add, called as the trace replays an op (OpOverload)
+
+
+def _copy_bandwidth(device: torch.device, dtype: torch.dtype, nbytes: int, repeats: int) -> float:
+    src = torch.ones(max(nbytes // dtype.itemsize, 1), device=device, dtype=dtype)
     dst = torch.empty_like(src)  # allocated once: a fresh output would add page faults on cpu
     seconds = benchmark(dst.copy_, src, warmup=1, repeats=repeats, device=device).median
     return 2 * src.nbytes / seconds  # read src, write dst
+
+
+def _bandwidth(device: torch.device, dtype: torch.dtype, mib: int, repeats: int) -> tuple[tuple[int, float], ...]:
+    """(bytes moved, bytes/s) of a copy of `mib` MiB and of 1/4, 1/16, ... of it, smallest first."""
+    sizes = [mib * 2 ** 20 // 4 ** k for k in reversed(range(FOOTPRINTS))]
+    return tuple((2 * n, _copy_bandwidth(device, dtype, n, repeats)) for n in sizes)
 
 
 def _random_rate(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:
@@ -149,22 +190,46 @@ def _random_rate(device: torch.device, dtype: torch.dtype, n: int, repeats: int)
     return n / seconds
 
 
+def _transcendental_ops(x: torch.Tensor) -> dict[str, Callable[[], Any]]:
+    """The ops of TRANSCENDENTALS_PER_ELEMENT and exp itself, each one transcendental per element of `x`."""
+    out = torch.empty_like(x)  # preallocated: exp's own cost, not the allocator's
+    rows = x.view(-1, min(x.numel(), 1024))  # softmax runs along rows, as the block's does
+    return {"exp": lambda: torch.exp(x, out=out), "softmax": lambda: torch.softmax(rows, -1),
+            "gelu": lambda: torch.nn.functional.gelu(x)}
+
+
 def _special_rate(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:
-    x = torch.ones(n, device=device, dtype=dtype)
-    out = torch.empty_like(x)  # in cache, preallocated: exp's own cost, not memory's
-    return n / benchmark(torch.exp, x, out=out, warmup=1, repeats=repeats, device=device).median
+    """Transcendentals/s: the best of exp, softmax and GELU on `n` elements (in cache) and SPECIAL_SCALE x n."""
+    best = 0.0
+    for elements in (n, SPECIAL_SCALE * n):
+        x = torch.ones(elements, device=device, dtype=dtype)
+        for call in _transcendental_ops(x).values():
+            best = max(best, elements / benchmark(call, warmup=1, repeats=repeats, device=device).median)
+    return best
+
+
+def measure_launch(device: str | torch.device = "cpu", repeats: int = 21) -> tuple[float, float]:
+    """Seconds of one launch of a one-element add called as the trace replays an op: (timed alone, timed as
+    `benchmark` times on `device`). On CUDA the first is one launch between two events (their latency with
+    it), the second many back to back (labkit.instruments.timing, Rule 5): the least a replayed op can take.
+    On a CPU both are the clock around one call."""
+    device = torch.device(device)
+    a, b = torch.ones(1, device=device), torch.ones(1, device=device)
+    alone = benchmark(LAUNCH_OP, a, b, warmup=1, repeats=repeats, device=device, calls=1).median
+    return alone, benchmark(LAUNCH_OP, a, b, warmup=1, repeats=repeats, device=device).median
 
 
 def measure_ceilings(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                      size: Sizes | None = None) -> Ceilings:
-    """Measure the three ceilings of Rule 1 on `device` in `dtype`, at the profile's measuring sizes.
+    """Measure the ceilings of Rules 1 and 4 on `device` in `dtype`, at the profile's measuring sizes.
 
     peak_flops: 2n³ over the median time of an n×n matmul, best of a few n. peak_bandwidth: bytes read plus
-    written by a copy between two preallocated buffers (256 MiB on the cpu profile, beyond the caches).
-    random_rate: elements per second native_dropout draws on a large tensor. On a GPU the generator is
-    Philox, counter-based and parallel, and is rarely the limit; on a CPU it draws one number after another
-    (about 14-20 ns each on a 2-core machine) and is the limit of every dropout. special_rate: elements per
-    second of exp on a tensor small enough to stay in cache.
+    written by a copy between two preallocated buffers (256 MiB on the cpu profile, beyond the caches), and
+    bandwidths: the same at smaller footprints. random_rate: elements per second native_dropout draws on a
+    large tensor. On a GPU the generator is Philox, counter-based and parallel, and is rarely the limit; on a
+    CPU it draws one number after another (about 14-20 ns each on a 2-core machine) and is the limit of every
+    dropout. special_rate: transcendentals per second, the best of exp, softmax and GELU, on a tensor small
+    enough to stay in cache and on a larger one. launch_seconds: measure_launch's, as benchmark times.
     """
     device = torch.device(device)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -172,9 +237,10 @@ def measure_ceilings(device: str | torch.device = "cpu", dtype: torch.dtype = to
     size = size or sizes()
     sides, mib, draws, special = MEASURE_SIZES[size.name]
     repeats = min(size.repeats, 5)
-    return Ceilings(str(device), dtype, _peak_flops(device, dtype, sides, repeats),
-                    _bandwidth(device, dtype, mib, repeats), _random_rate(device, dtype, draws, repeats),
-                    _special_rate(device, dtype, special, 2 * repeats + 1))
+    bandwidths = _bandwidth(device, dtype, mib, repeats)
+    return Ceilings(str(device), dtype, _peak_flops(device, dtype, sides, repeats), bandwidths[-1][1],
+                    _random_rate(device, dtype, draws, repeats), _special_rate(device, dtype, special, 2 * repeats + 1),
+                    measure_launch(device, 2 * repeats + 1)[1], bandwidths)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,12 @@ Rule 3. Compare A and B in one run, interleaved A B B A A B ...: a shared machin
    the drift hit both sides alike. The ratio is taken pair by pair.
 Rule 4. On CUDA the host returns before the kernels finish, so a host clock measures
    the launch, not the work. Time with CUDA events and synchronize.
+Rule 5. On CUDA one call between two events measures a launch as much as the work: a small op's
+   kernel is done long before the events' own latency (tens of µs) is. `benchmark` times
+   several calls back to back between one pair of events (doubling them until a sample spans
+   AMORTISE_SECONDS) and reports seconds per call: the host queues the next launch while the
+   device runs this one, so what is left of the launch is its issue rate, which every replay pays.
+   On a CPU the clock is read around one call, as it always was: no launch hides behind it.
 """
 from __future__ import annotations
 
@@ -26,6 +32,10 @@ from labkit.instruments.devices import found_device, pick, seen_in
 from labkit.instruments.tensors import check_callable
 
 Clock = Callable[[], float]  # seconds, monotonic: time.perf_counter or a fake in tests
+Span = Callable[[int], float]  # seconds of n calls back to back, timed as one (Rule 5)
+
+AMORTISE_SECONDS = 1e-3  # on CUDA a sample spans at least this: the events' latency is a small part of it
+MOST_CALLS = 1024  # calls per sample at most, however small the op
 
 
 def _quartiles(samples: list[float]) -> tuple[float, float]:
@@ -49,6 +59,7 @@ class Timing:
     """Seconds per call of one function: the samples and their median and spread."""
 
     samples: list[float]  # seconds per timed call, in the order measured
+    calls: int = 1  # calls timed back to back per sample, each sample their mean (Rule 5)
 
     @property
     def n(self) -> int:
@@ -163,24 +174,67 @@ def _warm_up(calls: tuple[Callable[[], Any], ...], warmup: int, device: str | to
     return device
 
 
-def _cuda_seconds(call: Callable[[], Any]) -> float:
-    """Seconds one call's work takes on the current CUDA stream, between two CUDA events."""
+def _cuda_seconds(call: Callable[[], Any], n: int = 1) -> float:
+    """Seconds `n` calls' work takes on the current CUDA stream, queued back to back between two CUDA events."""
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     start.record()
-    call()
+    for _ in range(n):
+        call()
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / 1e3  # elapsed_time is in ms
 
 
+def _span(call: Callable[[], Any], n: int, device: torch.device, clock: Clock) -> float:
+    """Seconds of `n` calls back to back: CUDA events around them on a CUDA device (Rule 4), else `clock`."""
+    if device.type == "cuda":
+        return _cuda_seconds(call, n)
+    t0 = clock()
+    for _ in range(n):
+        call()
+    return clock() - t0
+
+
 def _time_call(call: Callable[[], Any], device: torch.device, clock: Clock) -> float:
     """Seconds one call takes: CUDA events on a CUDA device (Rule 4), else `clock`."""
-    if device.type == "cuda":
-        return _cuda_seconds(call)
-    t0 = clock()
-    call()
-    return clock() - t0
+    return _span(call, 1, device, clock)
+
+
+def calls_per_sample(span: Span, target: float = AMORTISE_SECONDS, most: int = MOST_CALLS) -> int:
+    """The fewest calls, doubling from 1, whose `span` lasts `target` seconds or more; `most` where none under it
+    does (Rule 5). `span(n)` times n calls back to back; each try runs them (they are warm-up too)."""
+    if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+        raise ValueError(f"calls_per_sample: most={most!r} must be an int >= 1")
+    if not target >= 0:
+        raise ValueError(f"calls_per_sample: target={target!r} must be seconds >= 0")
+    n = 1
+    while n < most and span(n) < target:
+        n = min(2 * n, most)
+    return n
+
+
+def _check_calls(calls: object) -> None:
+    """Raise unless `calls` is None (as the device needs) or an int >= 1."""
+    if calls is not None and (isinstance(calls, bool) or not isinstance(calls, int) or calls < 1):
+        raise ValueError(f"calls={calls!r} must be None (amortised on CUDA, one on a CPU) or an int >= 1")
+
+
+def _calls_for(call: Callable[[], Any], calls: int | None, device: torch.device, clock: Clock) -> int:
+    """`calls` if given, else as Rule 5 has it on `device`: amortised on CUDA, one call per sample on a CPU."""
+    if calls is not None:
+        return calls
+    if device.type != "cuda":
+        return 1
+    return calls_per_sample(lambda n: _span(call, n, device, clock))
+
+
+def timing_method(device: str | torch.device) -> str:
+    """How `benchmark` times on `device`, in words (Rules 2, 4 and 5)."""
+    if torch.device(device).type == "cuda":
+        return (f"CUDA events around N calls back to back (N doubled until a sample spans "
+                f"{AMORTISE_SECONDS * 1e3:g} ms, at most {MOST_CALLS}), seconds per call, median of samples")
+    return "wall clock (time.perf_counter) around one call, median of samples"
 
 
 def _on(device: torch.device) -> ContextManager[Any]:
@@ -218,23 +272,29 @@ def wall_seconds(call: Callable[[], Any], device: str | torch.device | None = No
 
 def benchmark(fn: Callable[..., Any], *args: Any, warmup: int = 2, repeats: int = 7,
               device: str | torch.device | None = None, clock: Clock = time.perf_counter,
-              **kwargs: Any) -> Timing:
-    """Time `fn(*args, **kwargs)`: `warmup` untimed calls, then `repeats` timed ones.
+              calls: int | None = None, **kwargs: Any) -> Timing:
+    """Time `fn(*args, **kwargs)`: `warmup` untimed calls, then `repeats` timed samples.
 
     The device is `device`, else CUDA when any tensor reachable from `fn` and
     its arguments (closures, modules, optimizers: devices.py) is on CUDA, else
     CPU; where nothing is found and CUDA is available, the first warm-up call
     (with warmup=0, one untimed call) shows which device the work uses. On CUDA
-    each call is timed with CUDA events; on CPU with `clock` (seconds). The
-    names warmup, repeats, device and clock are taken by benchmark itself, so
-    `fn` cannot receive keyword arguments of those names through it.
+    each sample is CUDA events around `calls` calls back to back, and None
+    doubles them until a sample spans AMORTISE_SECONDS (Rule 5); on CPU `clock`
+    (seconds) around `calls` calls, one when None. A sample is seconds per
+    call. The names warmup, repeats, device, clock and calls are taken by
+    benchmark itself, so `fn` cannot receive keyword arguments of those names
+    through it.
     """
     check_callable(fn, "benchmark")
     _check_counts(warmup, repeats)
+    _check_calls(calls)
     device = _warm_up((lambda: fn(*args, **kwargs),), warmup, device, (fn, *args, *kwargs.values()))
+    call = lambda: fn(*args, **kwargs)  # noqa: E731
     with _on(device):
-        samples = [_time_call(lambda: fn(*args, **kwargs), device, clock) for _ in range(repeats)]
-    return Timing(samples)
+        n = _calls_for(call, calls, device, clock)
+        samples = [_span(call, n, device, clock) / n for _ in range(repeats)]
+    return Timing(samples, n)
 
 
 def compare(fn_a: Callable[[], Any], fn_b: Callable[[], Any], repeats: int = 7, warmup: int = 2,
