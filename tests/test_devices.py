@@ -111,10 +111,11 @@ def events(monkeypatch):
     """CUDA as a recorder: the calls timed with (fake) CUDA events and the devices synchronized."""
     seen = {"timed": 0, "synchronized": []}
 
-    def cuda_seconds(call):
+    def cuda_seconds(call, n=1):  # n calls back to back between one pair of events: 1 ms each, one sample
         seen["timed"] += 1
-        call()
-        return 1e-3
+        for _ in range(n):
+            call()
+        return 1e-3 * n
     monkeypatch.setattr(timing, "_cuda_seconds", cuda_seconds)
     monkeypatch.setattr(timing, "_on", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(timing, "_settle", lambda device: seen["synchronized"].append(device))
@@ -131,7 +132,7 @@ def test_hidden_cuda_work_is_timed_with_cuda_events(events, where):
     hidden = lambda: fn is None  # noqa: E731  (not run for real: its tensors only say they are on CUDA)
     assert benchmark(hidden, warmup=1, repeats=3, clock=_host_clock).n == 3
     assert compare(hidden, hidden, repeats=4, warmup=0, clock=_host_clock).ratio == 1.0
-    assert events["timed"] == 3 + 8
+    assert events["timed"] == 1 + 3 + 8  # benchmark sizes its samples first (one span; Rule 5), compare does not
     assert wall_seconds(hidden, clock=iter([0.0, 2.0]).__next__) == 2.0
     assert events["synchronized"][-2:] == [CUDA1, CUDA1]  # before the clock starts and before it stops
 
