@@ -180,3 +180,66 @@ def test_held_against_the_mixed_schedules_on_uniform_chains():
     # at s = n - 1 slots every layer is taped once: the mixed schedules and the optimum both run n forwards
     assert P.simulate(P.optimal_ops(P.OpCosts([1] * 9 + [0], [0] * 10, *([[0] * 9] * 4), [1.0] * 9), 8),
                       P.OpCosts([1] * 9 + [0], [0] * 10, *([[0] * 9] * 4), [1.0] * 9))[1] == 9 == steps(9, 8)
+
+def _counted(calls: list):
+    """Lab 03's optimal_tables, each call appended to `calls` (its unit)."""
+    from labkit.labs.sqrt_n import optimal_tables
+
+    def tables(costs, u):
+        calls.append(u["unit"])
+        return optimal_tables(costs, u)
+    return tables
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tables_for_fills_once_and_reads_back_the_optimum_at_every_budget(seed):
+    """One fill for every budget of a chain, each schedule read back fitting its budget and costing what a
+    fill of its own (optimal_ops) costs: on drawn chains the unit is the amounts' common divisor at every budget,
+    so both are exhaustive search's optimum."""
+    rng = np.random.default_rng(100 + seed)
+    for n in (3, 5, 6):
+        costs = drawn_op_costs(rng, n)
+        budgets = sorted({peak for peak, _ in (P.simulate(ops, costs) for ops in _all(n))})
+        calls = []
+        tables = P.tables_for(costs, budgets[-1], tables=_counted(calls))
+        assert tables.least() == P.least_budget(costs) == budgets[0]
+        for budget in [budgets[0] - 1, *budgets]:
+            ops, own = tables.ops(budget), P.optimal_ops(costs, budget)
+            assert (ops is None) == (own is None) == (budget < budgets[0]), (n, budget)
+            if ops is not None:
+                peak, cost = P.simulate(ops, costs)
+                assert peak <= budget and cost == pytest.approx(P.simulate(own, costs)[1]), (n, budget)
+        assert len(calls) == 1, calls
+
+
+def test_the_lab_chain_is_solved_at_all_its_budgets_with_one_fill(monkeypatch):
+    """optimal_rows (lab 03's optimum at its 10-14 budgets) fills the tables once, not once per budget, and at each
+    budget the schedule fits and costs what a fill of the budget's own, in its own finer unit, costs."""
+    from labkit.bench import lab03
+    import labkit.labs.sqrt_n as S
+
+    calls = []
+    monkeypatch.setattr(S, "optimal_tables", _counted(calls))
+    chain, x = hetero_chain(sizes("tiny"), 16)
+    found = lab03.optimal_rows(chain, x, repeats=1)
+    mine = [r for r in found["rows"] if r["name"] == "optimal"]
+    assert len(mine) >= 6 and len(calls) == 1, (len(mine), calls)
+    costs = found["costs"]
+    for r in mine:
+        ops = found["tables"].ops(r["budget"])
+        assert r["predicted_peak"] == P.simulate(ops, costs)[0] <= r["budget"]
+        assert P.simulate(ops, costs)[1] == pytest.approx(P.simulate(P.optimal_ops(costs, r["budget"]), costs)[1])
+
+
+def test_tables_refuse_a_budget_they_were_not_filled_for():
+    costs = drawn_op_costs(np.random.default_rng(7), 5)
+    top = P.simulate(P.store_all(5), costs)[0]
+    low = P.least_budget(costs)
+    tables = P.tables_for(costs, low)
+    assert tables.ops(top) == P.store_all(5) and tables.ops(low - 1) is None
+    if low + 1 < top:
+        with pytest.raises(ValueError, match=f"budget {low + 1:,} B is over the {low:,} B"):
+            tables.ops(low + 1)
+    with pytest.raises(TypeError, match="budget must be an int"):
+        P.tables_for(costs, 2.5)
+    assert P.tables_for(costs, -1).ops(-1) is None and P.tables_for(costs, -1).least() is None

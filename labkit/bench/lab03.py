@@ -220,12 +220,32 @@ def _exhaustive(rng: np.random.Generator, chains: int = 6, longest: int = 6) -> 
     return True
 
 
+def other_ops(n: int, chain_costs: Any) -> list[tuple[str, list]]:
+    """Lab 03's other schedules of an n-layer chain as (name, ops): the recursion, √n segments (k = 2, √n, n/2)
+    and the one-level planner at four budgets from its least to storing everything (chain_costs: ChainCosts)."""
+    import labkit.labs.sqrt_n as S
+    from labkit.planners import persistent as P
+
+    out = [("recursive", P.recursive_ops(n))]
+    out += [(f"sqrt_n k={k}", P.segments_ops(S.uniform_schedule(n, k), n)) for k in (2, round(math.sqrt(n)), n // 2)]
+    low, high = S.least_budget(chain_costs), S.peak_of([S.Segment(0, n, False)], chain_costs)
+    return out + [("one-level planner", P.segments_ops(S.schedule_for(chain_costs, b), n))
+                  for b in sorted({low + (high - low) * k // 3 for k in range(4)})]
+
+
+def optimal_budgets(least: int, top: int, peaks: Sequence[int]) -> list[int]:
+    """The budgets lab 03 runs the optimum at: six from the least that fits to storing everything (`top`), and
+    each other schedule's peak."""
+    return sorted({least + (top - least) * k // 5 for k in range(6)} | set(peaks))
+
+
 def optimal_rows(chain: nn.Sequential, x: torch.Tensor, repeats: int = 3) -> dict[str, Any]:
     """Lab 03's recursion, √n segments (k = 2, √n, n/2) and the one-level planner (four budgets) as ops, and the
     optimal persistent schedule at six budgets from the least that fits to storing everything and at each of
     theirs' peak, each run by run_ops: its measured and predicted peaks, its forward cost (in forward passes,
     from the profile's per-layer seconds) and whether its gradients are the plain chain's, bitwise; and
-    whether the optimum at every other schedule's peak costs no more than it; and the profile (`costs`)."""
+    whether the optimum at every other schedule's peak costs no more than it; and the profile (`costs`). The
+    optimum's tables are filled once, at storing everything's peak, and read back at every budget."""
     import labkit.labs.sqrt_n as S
     from labkit.planners import persistent as P
 
@@ -247,22 +267,36 @@ def optimal_rows(chain: nn.Sequential, x: torch.Tensor, repeats: int = 3) -> dic
         return {"name": name, "budget": budget, "predicted_peak": predicted, "measured_peak": measured,
                 "forward_cost": round(cost / sum(costs.fwd), 4), "bitwise": bitwise, "cost": cost}
 
-    rows = [run("recursive", P.recursive_ops(n))]
-    rows += [run(f"sqrt_n k={k}", P.segments_ops(S.uniform_schedule(n, k), n))
-             for k in (2, round(math.sqrt(n)), n // 2)]
-    low, high = S.least_budget(chain_costs), S.peak_of([S.Segment(0, n, False)], chain_costs)
-    rows += [run("one-level planner", P.segments_ops(S.schedule_for(chain_costs, b), n))
-             for b in sorted({low + (high - low) * k // 3 for k in range(4)})]
-    # the optimum at six budgets from the least to storing everything, and at each other schedule's peak
-    least = P.least_budget(costs)
+    rows = [run(name, ops) for name, ops in other_ops(n, chain_costs)]
     top = P.simulate(P.store_all(n), costs)[0]
-    budgets = {least + (top - least) * k // 5 for k in range(6)} | {r["measured_peak"] for r in rows}
-    mine = {b: run("optimal", P.optimal_ops(costs, b), b) for b in sorted(budgets)}
+    tables = P.tables_for(costs, top)  # one fill for every budget below (a fill each: 13, 5 s each at n = 128)
+    least = tables.least()
+    budgets = optimal_budgets(least, top, [r["measured_peak"] for r in rows])
+    mine = {b: run("optimal", tables.ops(b), b) for b in budgets}
     bounded = all(mine[r["measured_peak"]]["cost"] <= r["cost"] * (1 + 1e-12) for r in rows)
     rows = [*mine.values(), *rows]
     for r in rows:
         del r["cost"]
-    return {"least_budget": least, "optimal_bounds_the_others": bounded, "rows": rows, "costs": costs}
+    return {"least_budget": least, "optimal_bounds_the_others": bounded, "rows": rows, "costs": costs,
+            "tables": tables}
+
+
+def solve_all_budgets_seconds(chain: nn.Sequential, x: torch.Tensor) -> float:
+    """Seconds to solve every budget lab 03 (optimal_rows) runs the optimum at on `chain`, profiled: the tables
+    filled once, the least budget and each budget's schedule read back and simulated (the other schedules'
+    peaks, which run_ops meets to the byte, simulated rather than run)."""
+    import labkit.labs.sqrt_n as S
+    from labkit.planners import persistent as P
+
+    costs = P.profile_ops(chain, x, repeats=1)
+    peaks = [P.simulate(ops, costs)[0] for _, ops in other_ops(len(chain), S.profile_chain(chain, x))]
+    start = time.perf_counter()
+    top = P.simulate(P.store_all(costs.n), costs)[0]
+    tables = P.tables_for(costs, top)
+    for budget in optimal_budgets(tables.least(), top, peaks):
+        if tables.ops(budget) is None:
+            raise RuntimeError(f"solve_all_budgets_seconds: nothing fits {budget:,} B, at or above the least budget")
+    return time.perf_counter() - start
 
 
 def optimal(size: Sizes | None = None) -> dict[str, Any]:
@@ -277,10 +311,11 @@ def optimal(size: Sizes | None = None) -> dict[str, Any]:
     chain, x = hetero_chain(size, n)
     recursive_peak = activation_peak(chain, x, lambda ls, h: S.checkpoint_recursive(ls, h))
     found = optimal_rows(chain, x, size.repeats)
-    rows, costs = found["rows"], found.pop("costs")
-    # what counting memory in 2048 units costs: the optimum at the sweep's budgets, against 4 times finer
+    rows, costs, tables = found["rows"], found.pop("costs"), found.pop("tables")
+    # what counting memory in 2048 units of the largest budget costs (the one fill the rows read back, coarser
+    # for a smaller budget): the optimum at the sweep's budgets, against its own fill in 4 times finer units
     sweep = sorted(r["budget"] for r in rows if r["name"] == "optimal")[::3]
-    ratios = [P.simulate(P.optimal_ops(costs, b), costs)[1] / P.simulate(P.optimal_ops(costs, b, most=8192), costs)[1]
+    ratios = [P.simulate(tables.ops(b), costs)[1] / P.simulate(P.optimal_ops(costs, b, most=8192), costs)[1]
               for b in sweep]
     long_chain, long_x = mlp_chain(size, max(size.chain_layers))
     long_costs = P.profile_ops(nn.Sequential(*long_chain.layers), long_x, repeats=1)
@@ -288,10 +323,14 @@ def optimal(size: Sizes | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     P.optimal_ops(long_costs, long_top // 3)
     solve = time.perf_counter() - start
+    # the gpu profile's lab 03 chain is 128 layers: hetero_chain at 128 layers, at this profile's sizes (on gpu
+    # the lab's own chain; elsewhere narrower tensors, in about as many units, so the tables are as large)
+    all_budgets = solve_all_budgets_seconds(*hetero_chain(size, 128))
     return {"n_layers": n, "recursive_peak": recursive_peak, "least_budget": found["least_budget"],
             "least_budget_at_most_recursive_peak": found["least_budget"] <= recursive_peak,
             "exact": all(r["measured_peak"] == r["predicted_peak"] for r in rows),
             "bitwise": all(r["bitwise"] for r in rows), "optimal_bounds_the_others": found["optimal_bounds_the_others"],
             "matches_exhaustive": _exhaustive(np.random.default_rng(0)), **_revolve_rows(),
             "solve_seconds_n64": round(solve, 3), "n_long": long_costs.n,
+            "solve_all_budgets_seconds_n128": round(all_budgets, 3),
             "units": 2048, "cost_against_8192_units_max": round(max(ratios), 4), "rows": rows}

@@ -7,7 +7,8 @@ several times, and every input it keeps stays until it is let go. `profile_ops` 
 (OpCosts: each layer's tensor bytes and the bytes each op reaches above what was alive, with the meter, and
 its forward seconds), `simulate` says what a list of ops will peak at and cost, exactly as `run_ops` runs
 them, and `optimal_ops` is the dynamic program over (first layer, last layer, memory) that finds the ops with
-the least forward cost whose simulated peak fits a budget.
+the least forward cost whose simulated peak fits a budget; `tables_for` fills its tables once for a chain and
+reads them back at every budget up to the largest (lab 03 solves 10-14 budgets of one chain).
 
 The dynamic program's recurrence, `optimal_tables`, is lab 03's Exercise 3.5: it is imported through
 labkit.labs (docs/design.md, "The package"), and this module does the rest (the units, the schedule read back
@@ -362,49 +363,101 @@ def _op_units(costs: OpCosts, budget: int, most: int = 2048) -> dict:
             "t": up(c.t_over), "b": up(c.b_over), "loss": -(-c.loss // unit)}
 
 
+def _budget(budget: int, who: str) -> int:
+    """`budget` if it is an int of bytes, else the TypeError optimal_ops has always given."""
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        raise TypeError(f"{who}: budget must be an int of bytes, got {type(budget).__name__}")
+    return budget
+
+
+@dataclass(frozen=True, eq=False)
+class OpTables:
+    """The dynamic program's tables of one chain, filled once (tables_for) in the unit of the largest budget they
+    serve, `most_budget`, and read back at any budget: `ops(budget)` is optimal_ops's answer in that unit."""
+
+    costs: OpCosts
+    most_budget: int
+    u: dict
+    best: np.ndarray | None  # None: most_budget is below zero, no budget to fill for
+    how: np.ndarray | None
+    root: int
+
+    def ops(self, budget: int) -> list[Op] | None:
+        """The persistent schedule with the least forward cost (in these tables' unit) whose simulated peak is at
+        most `budget`, or None if none fits; ValueError on a budget above most_budget that storing everything
+        does not fit (the tables do not reach it)."""
+        budget, costs = _budget(budget, "OpTables.ops"), self.costs
+        if simulate(store_all(costs.n), costs)[0] <= budget:  # one forward pass, the least any schedule runs
+            return store_all(costs.n)
+        if budget > self.most_budget:
+            raise ValueError(f"OpTables.ops: budget {budget:,} B is over the {self.most_budget:,} B these tables "
+                             "were filled for; allowed: at most that, or storing everything's peak and above")
+        if budget < 0 or self.best is None:
+            return None
+        top = budget // self.u["unit"]
+        # the rounding is on the safe side, so the ops at `top` units fit; a few units more may still fit the
+        # budget exactly (the bytes a rounding added were never there): the most that does, simulated, is best
+        for m in range(top + SLACK, top - 1, -1):
+            if np.isfinite(self.best[self.root + m]):
+                ops = _rebuild(self.how, self.u, 0, costs.n, m, costs.n)
+                peak = simulate(ops, costs)[0]
+                if peak <= budget:
+                    return ops
+                if m == top:
+                    raise ValueError(f"optimal_ops: the tables' schedule at {top} units peaks at {peak:,} B, over "
+                                     f"the budget of {budget:,} B: the tables (or the costs: an op's reach must "
+                                     "cover what it leaves alive) are optimistic")
+        return None
+
+    def least(self) -> int | None:
+        """The simulated peak of the schedule these tables fit in the fewest units (the least budget they find
+        a schedule for, to their unit), or None if they fit none up to most_budget's units (and SLACK more)."""
+        if self.best is None:
+            return None
+        finite = np.isfinite(self.best[self.root:self.root + self.u["top"] + SLACK + 1])
+        if not finite.any():
+            return None
+        ops = _rebuild(self.how, self.u, 0, self.costs.n, int(np.argmax(finite)), self.costs.n)
+        return simulate(ops, self.costs)[0]
+
+
+def tables_for(costs: OpCosts, most_budget: int, tables: Callable | None = None, most: int = 2048) -> OpTables:
+    """The dynamic program's tables of `costs` for every budget up to `most_budget`, filled once by `tables`
+    (lab 03's Exercise 3.5, optimal_tables, unless given) in most_budget's unit (_op_units: at most about `most`
+    units up to it, storing everything's peak if that is less; exact with the amounts' common divisor), so
+    that `.ops(budget)` reads each budget's schedule back without filling again. A budget below most_budget
+    is counted in the same unit, coarser for it than optimal_ops(costs, budget) counts (bench optimal measures
+    what that costs: cost_against_8192_units_max)."""
+    if tables is None:
+        from labkit.labs.sqrt_n import optimal_tables as tables
+    most_budget = _budget(most_budget, "tables_for")
+    peak = simulate(store_all(costs.n), costs)[0]
+    u = _op_units(costs, min(most_budget, peak), most)
+    if most_budget < 0:
+        return OpTables(costs, most_budget, u, None, None, 0)
+    best, how, root = tables(costs, {**u, "top": u["top"] + SLACK})  # and the units above it ops() tries
+    return OpTables(costs, most_budget, u, best, how, root)
+
+
 def optimal_ops(costs: OpCosts, budget: int, tables: Callable | None = None, most: int = 2048) -> list[Op] | None:
     """The persistent schedule with the least forward cost whose simulated peak is at most `budget`, or None
     if none fits: Beaumont et al.'s dynamic program over first layer, last layer and memory, filled by
     `tables` (lab 03's Exercise 3.5, optimal_tables, unless given), memory counted in at most about `most`
     units (_op_units: exact with the amounts' common divisor; with a coarser unit, an amount that is not a
     multiple of it rounds up, and the least cost is the least in those units). The schedule is simulated
-    before it is returned: tables that give one over the budget are a ValueError, never a schedule."""
-    if tables is None:
-        from labkit.labs.sqrt_n import optimal_tables as tables
-    if isinstance(budget, bool) or not isinstance(budget, int):
-        raise TypeError(f"optimal_ops: budget must be an int of bytes, got {type(budget).__name__}")
-    if simulate(store_all(costs.n), costs)[0] <= budget:  # one forward pass, the least any schedule runs
+    before it is returned: tables that give one over the budget are a ValueError, never a schedule. One fill
+    per call: for several budgets of one chain, tables_for fills once and reads each back."""
+    budget = _budget(budget, "optimal_ops")
+    if simulate(store_all(costs.n), costs)[0] <= budget:  # no table needed
         return store_all(costs.n)
-    u = _op_units(costs, budget, most)
-    if u["top"] < 0:
-        return None
-    top, u["top"] = u["top"], u["top"] + SLACK
-    best, how, root = tables(costs, u)
-    # the rounding is on the safe side, so the ops at `top` units fit; a few units more may still fit the
-    # budget exactly (the bytes a rounding added were never there): the most that does, simulated, is best
-    for m in range(top + SLACK, top - 1, -1):
-        if np.isfinite(best[root + m]):
-            ops = _rebuild(how, u, 0, costs.n, m, costs.n)
-            peak = simulate(ops, costs)[0]
-            if peak <= budget:
-                return ops
-            if m == top:
-                raise ValueError(f"optimal_ops: the tables' schedule at {top} units peaks at {peak:,} B, over the "
-                                 f"budget of {budget:,} B: the tables (or the costs: an op's reach must cover "
-                                 "what it leaves alive) are optimistic")
-    return None
+    return tables_for(costs, budget, tables, most).ops(budget)
 
 
-def least_budget(costs: OpCosts, tables: Callable | None = None) -> int:
+def least_budget(costs: OpCosts, tables: Callable | None = None) -> int | None:
     """The least budget optimal_ops finds a schedule for, to the unit it counts in: the tables filled once at
     storing everything's peak give the least memory any schedule needs, and that schedule's simulated peak is
-    returned."""
-    if tables is None:
-        from labkit.labs.sqrt_n import optimal_tables as tables
-    u = _op_units(costs, simulate(store_all(costs.n), costs)[0])
-    best, how, root = tables(costs, u)
-    least = int(np.argmax(np.isfinite(best[root:root + u["top"] + 1])))
-    return simulate(_rebuild(how, u, 0, costs.n, least, costs.n), costs)[0]
+    returned (tables_for(costs, that peak).least())."""
+    return tables_for(costs, simulate(store_all(costs.n), costs)[0], tables).least()
 
 
 def _rebuild(how: np.ndarray, u: dict, s: int, e: int, m: int, n: int) -> list[Op]:
