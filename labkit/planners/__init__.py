@@ -4,6 +4,7 @@ part of the kit besides the checkers and benchmarks that runs a lab's code, thro
 from labkit.planners.advice import Advice, advise, decide, scheme, situation
 from labkit.planners.applying import applied, largest_batch, measure_step
 from labkit.planners.profiling import profile_model
+from labkit.planners import persistent  # lab 03's schedules: lk.planners.persistent, as the lab names it
 
 __all__ = ["Advice", "advise", "decide", "scheme", "situation", "applied", "largest_batch", "measure_step",
-           "profile_model"]
+           "profile_model", "persistent"]
