@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -14,25 +16,47 @@ from labkit.env.doctor import Check, DoctorReport
 
 @pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.13.1+cu128", "2.13.0.dev20260101"])
 def test_a_tested_torch_passes(version):
-    assert dr.check_torch(version).ok
+    c = dr.check_torch(version)
+    assert c.ok and "the whole suite's (CI, on a CPU)" in c.detail
+
+
+def test_a_torch_every_lab_ran_on_on_a_gpu_passes_and_says_where():
+    c = dr.check_torch("2.11.0+cu130")
+    assert c.ok and "every lab ran on an H200 (docs/gpu/" in c.detail and "CI runs the whole suite on 2.13" in c.detail
+
+
+def test_every_gpu_torch_has_its_passing_record():
+    """The record GPU_TORCH names ran every lab under that torch; each of its rows passed there, or in a rerun of
+    that row the same day (`gpu-check --only ROW`: the record's name with -2, -3, ...), the latest run deciding."""
+    root = Path(dr.__file__).resolve().parents[2]
+    for release, where in dr.GPU_TORCH.items():
+        path = root / re.search(r"\((docs/gpu/[^)]+)\.json\)", where)[1]
+        runs = [path.parent / f"{path.name}.json"] + sorted(path.parent.glob(f"{path.name}-[0-9]*.json"))
+        latest = {}
+        for run in map(json.loads, (p.read_text() for p in runs)):
+            assert tuple(int(v) for v in run["torch"].split(".")[:2]) == release
+            latest.update({r["key"]: r["ok"] for r in run["rows"]})
+        assert {f"lab{n:02d}" for n in range(8)} <= set(latest) and all(latest.values()), latest
 
 
 @pytest.mark.parametrize("version, detail", [
     (None, "torch does not import"),
-    ("2.12.1", "torch 2.12.1 is older than 2.13, the oldest labkit was tested on"),
-    ("2.5.0", "older than 2.13"),
-    ("1.13.1+cu117", "older than 2.13"),
+    ("2.10.1", "torch 2.10.1 is older than 2.11, the oldest labkit was tested on"),
+    ("2.5.0", "older than 2.11"),
+    ("1.13.1+cu117", "older than 2.11"),
 ])
 def test_torch_missing_or_old_fails_with_pip_fix(version, detail):
     c = dr.check_torch(version)
     assert not c.ok and c.severity == "error" and detail in c.detail
-    assert 'pip install "torch>=2.13"' in c.fix
+    assert 'pip install "torch>=2.11"' in c.fix
 
 
-@pytest.mark.parametrize("version", ["2.14.0", "3.0"])
-def test_a_torch_newer_than_any_tested_is_a_warning(version):
+@pytest.mark.parametrize("version, where", [("2.14.0", "newer than the releases"), ("3.0", "newer than the releases"),
+                                            ("2.12.1", "a release")])
+def test_an_untested_torch_is_a_warning_naming_what_was_tested(version, where):
     c = dr.check_torch(version)
-    assert not c.ok and c.severity == "warning" and "newer than the releases labkit was tested on (2.13)" in c.detail
+    assert not c.ok and c.severity == "warning" and f"is {where} labkit was not tested on" in c.detail
+    assert "(CI: 2.13 on a CPU; GPU: 2.11)" in c.detail
 
 
 def test_the_lowest_torch_allowed_is_the_oldest_tested_and_the_pinned_one_is_tested():

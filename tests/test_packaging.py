@@ -137,7 +137,7 @@ def test_a_hub_s_older_torch_stops_the_install_instead_of_being_replaced(tmp_pat
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     run = _make_install(tmp_path)
     assert run.returncode != 0 and "FAKE PIP" not in run.stdout
-    assert "torch 2.8.0+cu121 is older than 2.13" in run.stdout and "TORCH_UPGRADE=1" in run.stdout
+    assert "torch 2.8.0+cu121 is older than 2.11" in run.stdout and "TORCH_UPGRADE=1" in run.stdout
     assert not (tmp_path / ".venv" / ".installed").exists()
     run = _make_install(tmp_path, "TORCH_UPGRADE=1", "TORCH_PIP_ARGS=--index-url=file:///nowhere")
     assert "FAKE PIP: -m pip install --progress-bar on --index-url=file:///nowhere torch==" in run.stdout, run.stdout

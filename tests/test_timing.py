@@ -248,8 +248,13 @@ def test_benchmark_on_cuda_times_with_events():
         calls.append(1)
         return a @ a
 
-    t = benchmark(fn, x, warmup=1, repeats=3, clock=lambda: pytest.fail("host clock used on CUDA"))
+    no_clock = lambda: pytest.fail("host clock used on CUDA")  # noqa: E731
+    t = benchmark(fn, x, warmup=1, repeats=3, calls=1, clock=no_clock)  # one launch per sample, when asked
     assert len(calls) == 4 and t.n == 3 and all(s > 0 for s in t.samples)
+    calls.clear()
+    t = benchmark(fn, x, warmup=1, repeats=3, clock=no_clock)  # amortised (Rule 5): N calls a sample, N doubled
+    sizing = len(calls) - 1 - 3 * t.calls  # the doubling's tries: 1 + 2 + ... up to N (spanned) or N / 2 (capped)
+    assert t.n == 3 and all(s > 0 for s in t.samples) and sizing in (2 * t.calls - 1, t.calls - 1)
 
 
 @pytest.mark.gpu

@@ -11,10 +11,11 @@ TORCH_SPEC ?= torch==2.13.0
 # Extra pip arguments for torch alone, e.g. a CPU wheel index on a Linux laptop.
 TORCH_PIP_ARGS ?=
 INSTALL_TORCH = $(PY) -m pip install --progress-bar on $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
-# The oldest torch the kit is tested on (pyproject.toml's `torch>=`). A torch the Python already has that is older
+# The oldest torch the kit is tested on (pyproject.toml's `torch>=`: CI's 2.13 on a CPU, 2.11 on an H200 for every
+# lab; `labkit doctor` names where a torch was tested). A torch the Python already has that is older
 # stops the install: pip would replace it in the venv with the public index's build (a CUDA build of several GB,
 # not necessarily for this machine's driver) instead of keeping it. TORCH_UPGRADE=1 installs TORCH_SPEC over it.
-TORCH_FLOOR := 2.13
+TORCH_FLOOR := 2.11
 TORCH_UPGRADE ?=
 # exit 0 when the torch this Python imports is at least TORCH_FLOOR (argv[1]) as pip compares versions (2.13.0a0 is
 # older than 2.13); print its version either way

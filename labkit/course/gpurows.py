@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-# Reserved over allocated bytes a lab may reach: with expandable segments (labkit sets them, see
-# labkit/env/profile.py) the caching allocator maps pages as needed instead of keeping whole segments.
+# Reserved bytes a lab may reach, over its predicted allocated peak. With expandable segments (labkit.env sets
+# them) the caching allocator maps pages as needed instead of keeping whole segments: on an H200 at 16 GiB every
+# lab reserved at most 1.30x what it allocated (lab 04) and at most 0.99x its predicted allocated peak
+# (docs/gpu/nvidia-h200-16gib-torch2.11.0-2026-12-04.json); without them lab 02 had reserved 5x.
 RESERVE_FACTOR = 1.3
 
 

@@ -17,10 +17,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-# The torch releases (major, minor) the whole suite has passed on: CI's pinned torch. pyproject.toml's lower bound
-# is the oldest of them (tests/test_doctor.py holds the two equal); a newer torch is let through with a warning.
+# The torch releases (major, minor) the whole suite has passed on: CI's pinned torch, on a CPU.
 TESTED_TORCH = ((2, 13),)
-MIN_TORCH = min(TESTED_TORCH)
+# The torch releases on which every lab ran on a GPU, each with gpu-check's record of it (docs/gpu/; a test holds
+# each record to exist, name that torch and pass): a hub image's own torch, often older than CI's.
+GPU_TORCH = {(2, 11): "every lab ran on an H200 (docs/gpu/nvidia-h200-16gib-torch2.11.0-2026-12-04.json)"}
+# pyproject.toml's lower bound and `make lab`'s TORCH_FLOOR are the oldest of both (tests hold them equal); a torch
+# between two tested ones, or newer than all, is let through with a warning.
+MIN_TORCH = min((*TESTED_TORCH, *GPU_TORCH))
 SHM_MIN_BYTES = 1 << 30  # DataLoader workers pass batches through /dev/shm
 WIDGETS_PAIRS = {7: 1, 8: 3}  # ipywidgets major -> the jupyterlab_widgets major it speaks to
 WIDGETS_PIP = 'pip install "ipywidgets>=8.1,<9" "jupyterlab_widgets>=3,<4"'
@@ -209,21 +213,30 @@ def describe_device() -> str:
 # -- the checks ----------------------------------------------------------------
 
 def check_torch(version: str | None = FROM_SYSTEM) -> Check:
-    """torch imports and is at least MIN_TORCH (`version` None: it does not import); a release newer than every
-    tested one is a warning."""
+    """torch imports and is at least MIN_TORCH (`version` None: it does not import); says where this release was
+    tested (CI's whole suite on a CPU, or every lab on a GPU); an untested one is a warning."""
     version = _torch_version() if version is FROM_SYSTEM else version
     wanted = ".".join(map(str, MIN_TORCH))
-    tested = ", ".join(".".join(map(str, v)) for v in TESTED_TORCH)
     fix = f'pip install "torch>={wanted}" (or `make lab`, which installs the pinned version)'
     if version is None:
         return Check("torch", False, "torch does not import", fix)
-    if _version_tuple(version)[:2] < MIN_TORCH:
+    release = _version_tuple(version)[:2]
+    if release < MIN_TORCH:
         return Check("torch", False, f"torch {version} is older than {wanted}, the oldest labkit was tested on", fix)
-    if _version_tuple(version)[:2] not in TESTED_TORCH:
-        return Check("torch", False, f"torch {version} is newer than the releases labkit was tested on ({tested}); "
-                     "the labs may work, and what breaks is worth a report",
-                     "`make lab` installs the tested torch into .venv", severity="warning")
-    return Check("torch", True, f"torch {version}")
+    if release in TESTED_TORCH:
+        return Check("torch", True, f"torch {version}: the whole suite's (CI, on a CPU)")
+    if release in GPU_TORCH:
+        return Check("torch", True, f"torch {version}: {GPU_TORCH[release]}; CI runs the whole suite on "
+                     f"{_releases(TESTED_TORCH)}")
+    newer = all(release > r for r in (*TESTED_TORCH, *GPU_TORCH))
+    return Check("torch", False, f"torch {version} is {'newer than the releases' if newer else 'a release'} labkit "
+                 f"was not tested on (CI: {_releases(TESTED_TORCH)} on a CPU; GPU: {_releases(tuple(GPU_TORCH))}); "
+                 "the labs may work, and what breaks is worth a report",
+                 "`make lab` installs the tested torch into .venv", severity="warning")
+
+
+def _releases(found: tuple[tuple[int, int], ...]) -> str:
+    return ", ".join(".".join(map(str, r)) for r in sorted(found))
 
 
 def check_profile(resolve: Callable[[], str] = _active_profile) -> Check:
