@@ -17,7 +17,7 @@ Rule 2. Every number is measured here or cited: the ceilings by ``measure_ceilin
 Rule 3. A spec sheet predicts, it never measures: ``GPUSpec`` holds a datasheet's figures, and its
    ``ceilings()`` are an input to a prediction, never a measurement.
 Rule 4. A ceiling is measured the way the ops it bounds run, or it bounds nothing: timed as ``benchmark``
-   times an op (on CUDA, many launches between one pair of events: labkit.instruments.timing, Rule 5), in
+   times an op (on CUDA, many launches between one pair of events: amortised as labkit.instruments.timing says), in
    the dtype of the ceilings, and as the best rate measured (a ceiling measured slower than an op runs
    would let the op beat its bound). So the transcendental rate is the best of exp, softmax and GELU, each
    in cache and beyond it; the bandwidth is measured at several footprints (``Ceilings.bandwidths``: an op
