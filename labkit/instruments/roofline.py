@@ -211,7 +211,7 @@ def _special_rate(device: torch.device, dtype: torch.dtype, n: int, repeats: int
 def measure_launch(device: str | torch.device = "cpu", repeats: int = 21) -> tuple[float, float]:
     """Seconds of one launch of a one-element add called as the trace replays an op: (timed alone, timed as
     `benchmark` times on `device`). On CUDA the first is one launch between two events (their latency with
-    it), the second many back to back (labkit.instruments.timing, Rule 5): the least a replayed op can take.
+    it), the second many back to back (as labkit.instruments.timing amortises them): the least a replayed op can take.
     On a CPU both are the clock around one call."""
     device = torch.device(device)
     a, b = torch.ones(1, device=device), torch.ones(1, device=device)
