@@ -126,7 +126,7 @@ def recursive_inner_default(layers, x, checkpoint=S.checkpoint):
 
 
 @pytest.mark.parametrize("bug, keyword", [
-    (recursive_ceil, "mid = len(layers) // 2"), (recursive_flat_first_half, "each half must recurse"),
+    (recursive_ceil, "the first half is the shorter one"), (recursive_flat_first_half, "each half must recurse"),
     (recursive_fixed_checkpoint, "pass the checkpoint argument down"),
     (recursive_inner_default, "pass the checkpoint argument down"),
 ])

@@ -82,3 +82,18 @@ def test_no_hint_repeats_a_piece_of_its_labs_answers(lab):
             if (m.size >= LEAK or m.size == len(line) >= LINE) and piece not in shown:
                 found.append((piece, hint))
     assert not found, "hints that repeat the answer:\n" + "\n".join(f"  {p!r} in {h!r}" for p, h in found)
+
+
+STRICT = ["03"]  # labs whose hints hold no line of an answer even where the prose shows it (issue 46)
+
+
+@pytest.mark.parametrize("number", STRICT)
+def test_no_hint_writes_an_answer_line(number):
+    """A hint points, it does not write: no hint holds a whole line of the answers (LINE characters or more,
+    whitespace dropped), not even one the lab's text shows, which a hint would hand over ready to paste."""
+    lab = next(lab for lab in CATALOG if lab.number == number)
+    module = importlib.import_module(f"{lab.checks}.hints")
+    hints = [v for n, v in vars(module).items() if n.isupper() and isinstance(v, str)]
+    answers = [line for line in _answer_lines(lab.solution(Path(__file__).resolve().parent.parent)) if len(line) >= LINE]
+    found = [(line, hint) for hint in hints for line in answers if line in _normal(hint)]
+    assert not found, "hints that write an answer line:\n" + "\n".join(f"  {a!r} in {h!r}" for a, h in found)

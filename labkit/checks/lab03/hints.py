@@ -34,7 +34,8 @@ REC_SPEC = ("checkpoint_recursive(layers, x, checkpoint): one layer runs plainly
 REC_CALLS = ("each half must recurse: the function you checkpoint for the first half runs the recursion "
              "itself rather than the layers flat, and the second half recurses directly; the layer calls then "
              "follow T(n) = n//2 + T(n//2) + T(n - n//2)")
-REC_SPLIT = "split at mid = len(layers) // 2: the first half is layers[:mid]"
+REC_SPLIT = ("your split gives an odd chain's extra layer to the first half: the exercise's text says where to "
+             "split, rounding down, so the first half is the shorter one")
 REC_ARG = "pass the checkpoint argument down the recursion and use it, not a fixed one"
 
 # ---------------------------------------------------------------- Exercise 3.4: the planner
