@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 
 import labkit as lk
 from labkit.instruments.lifetimes import alive_at, label, layout, top_at
-from labkit.instruments.meter import MemoryMeter
+from labkit.instruments.meter import Lifetime, MemoryMeter
 
 
 def _stack(n_layers: int = 3):
@@ -60,6 +60,66 @@ WAYS = {"plain": None,
 def _offloaded(block, h):
     with torch.autograd.graph.save_on_cpu():
         return block(h)
+
+
+def _floors(lives, n_events: int) -> dict[int, dict[int, int]]:
+    """An independent stacking, as memory_viz draws it: after each event i (-1: before the first), the storages
+    alive then, oldest first, each on the bytes of those alive below it. {life's index: {event: its floor}}."""
+    order = sorted(range(len(lives)), key=lambda k: (lives[k].start, k))
+    floors: dict[int, dict[int, int]] = {k: {} for k in order}
+    for i in range(-1, n_events):
+        height = 0
+        for k in order:
+            life = lives[k]
+            if life.start <= i and (life.end is None or i < life.end):
+                floors[k][i] = height
+                height += life.nbytes
+    return floors
+
+
+def _floor_of(band, i: int) -> int | None:
+    """The band's floor after event i, read off its steps; None outside its extent."""
+    if not band.xs[0] <= i < band.xs[-1]:
+        return None
+    return band.bottoms[max(j for j in range(len(band.bottoms)) if band.xs[j] <= i)]
+
+
+def _assert_layout(lives, n_events: int) -> None:
+    """Every band spans its life (to the step's end when still alive) and sits, at every event, on exactly the
+    bytes alive below it."""
+    bands = layout(lives, n_events)
+    assert [b.life for b in bands] == list(lives)
+    floors = _floors(lives, n_events)
+    for k, (life, band) in enumerate(zip(lives, bands)):
+        assert band.xs[0] == life.start and band.xs[-1] == (n_events if life.end is None else life.end), (k, band.xs)
+        assert len(band.bottoms) == len(band.xs) - 1, (k, band)
+        for i in range(-1, n_events):
+            assert _floor_of(band, i) == floors[k].get(i), (k, i, band)
+
+
+def _life(start: int, end: int | None, nbytes: int) -> Lifetime:
+    return Lifetime(start, end, nbytes, "empty", "forward", None)
+
+
+LAYOUTS = {  # hand-made lives over n events: frees below, above, several at once, and lives past the end
+    "one freed below three": ([_life(-1, None, 8), _life(0, 3, 4), _life(1, None, 2), _life(2, 5, 16),
+                               _life(4, None, 1)], 6),
+    "two freed at once, one between": ([_life(0, 4, 1), _life(1, 6, 2), _life(2, 4, 4), _life(3, None, 8),
+                                        _life(5, 7, 32)], 8),
+    "the top freed, then the bottom": ([_life(0, 3, 10), _life(1, 5, 20), _life(2, 3, 40), _life(4, None, 80)], 6),
+    "freed at the last event": ([_life(-1, 2, 3), _life(0, None, 5), _life(1, 2, 7)], 3),
+}
+
+
+@pytest.mark.parametrize("case", list(LAYOUTS))
+def test_every_band_sits_on_exactly_what_is_alive_below_it_at_every_event(case):
+    _assert_layout(*LAYOUTS[case])
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_a_steps_bands_sit_on_an_independent_stacking_of_the_meters_lives(way):
+    meter = _metered(WAYS[way])
+    _assert_layout(meter.lifetimes, len(meter.timeline))
 
 
 @pytest.mark.parametrize("way", list(WAYS))
