@@ -40,16 +40,23 @@ def recompile_limits(fn: Callable[..., Any]) -> tuple[int, int]:
 
 
 class Compiled:
-    """fn compiled with torch.compile under activation_memory_budget=budget (a number from 0 to 1); call it as
-    fn. `backend`: "aot_eager_decomp_partition" (eager kernels) or "inductor"; Inductor's own kernels allocate
-    where no dispatch mode sees them, so under the meter only the CUDA allocator's peak counts them."""
+    """fn compiled with torch.compile under activation_memory_budget=budget (a number from 0 to 1) and the
+    knapsack solver `solver`; call it as fn. `backend`: "aot_eager_decomp_partition" (eager kernels) or
+    "inductor"; Inductor's own kernels allocate where no dispatch mode sees them, so under the meter only the
+    CUDA allocator's peak counts them."""
 
-    def __init__(self, fn: Callable[..., Any], budget: float, backend: str = "aot_eager_decomp_partition") -> None:
+    def __init__(self, fn: Callable[..., Any], budget: float, backend: str = "aot_eager_decomp_partition",
+                 solver: Any = "dp") -> None:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 <= budget <= 1:
             raise ValueError(f"Compiled: budget={budget!r} must be a number from 0 to 1")
+        if not (solver in ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg") or callable(solver)):
+            raise ValueError(f"Compiled: solver={solver!r}; allowed: dp, greedy, ilp, dp_knapsack_sliding_hirschberg "
+                             "or a CustomKnapsackSolver (labkit.planners.solver.planner_solver)")
         if backend not in ("aot_eager_decomp_partition", "inductor"):
             raise ValueError(f"Compiled: backend={backend!r}; allowed: aot_eager_decomp_partition, inductor")
-        self.budget, self.backend, self.graphs_run, self.fn = float(budget), backend, 0, fn
+        # the knapsack solver below budget 1: "dp" (the default), "greedy", "ilp", or a CustomKnapsackSolver
+        # (labkit.planners.solver.planner_solver)
+        self.budget, self.backend, self.graphs_run, self.fn, self.solver = float(budget), backend, 0, fn, solver
         _SHARING[_code(fn)] = _SHARING.get(_code(fn), 0) + 1
         # fullgraph: a graph break would run the code between graphs eagerly, outside every meter (unseen)
         self._compiled = torch.compile(fn, backend=self._backend, dynamic=False, fullgraph=True)
@@ -77,7 +84,8 @@ class Compiled:
         # one function compiled at several budgets (and for each block) takes a cache entry each: limits sized
         # from how many share it (recompile_limits), and at a limit an error rather than a silent fall back to eager
         limit, accumulated = recompile_limits(self.fn)
-        with functorch_config.patch(activation_memory_budget=self.budget), \
+        with functorch_config.patch(activation_memory_budget=self.budget,
+                                    activation_memory_budget_solver=self.solver), \
                 dynamo_config.patch(recompile_limit=limit, accumulated_recompile_limit=accumulated,
                                     fail_on_recompile_limit_hit=True), \
                 meter.outside() if meter is not None else contextlib.nullcontext():

@@ -1,0 +1,112 @@
+"""Lab 04's knapsack inside torch.compile, beside the partitioner's own solvers: `python -m labkit bench compile`.
+
+Each block of lab 04's long stack is compiled (labkit.instruments.compiled: the min-cut partitioner, then eager
+kernels) under activation_memory_budget at each of BUDGETS, with each solver of SOLVERS: "planner" is lab 04's
+knapsack_keep run as a CustomKnapsackSolver (labkit.planners.solver), the others the partitioner's built-in
+"dp", "greedy" and "ilp". Per setting: the meter's peak over one training step (after the one that compiled),
+the step time over the plain eager step's (medians of alternating pairs), whether the gradients equal the plain
+step's bit for bit, and, for the planner, how often the partitioner called it. The budget is a fraction of the
+span the partitioner normalises by, not of the peak: the bench says whether each solver's peak falls as its
+budget falls (`peak_monotone`), which nothing guarantees (pytorch/pytorch#197838 reports a lower budget raising
+the peak 4x on a llama-style model).
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from labkit.bench.lab02 import stack_step
+from labkit.bench.lab04 import long_stack
+from labkit.env.profile import sizes
+from labkit.env.sizes import Sizes
+from labkit.instruments.compiled import Compiled
+from labkit.instruments.meter import MemoryMeter
+from labkit.instruments.timing import compare
+from labkit.models import GPTStack
+
+__all__ = ["BUDGETS", "SOLVERS", "solver_rows", "compile_solvers"]
+
+BUDGETS = (0.2, 0.5, 0.8)
+SOLVERS = ("planner", "dp", "greedy", "ilp")
+
+
+def _grads(model: GPTStack, x: torch.Tensor, run_block: Callable) -> list[torch.Tensor]:
+    stack_step(model, x, run_block)()
+    return [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+
+
+def _plain(block: torch.nn.Module, y: torch.Tensor) -> torch.Tensor:
+    return block(y)
+
+
+def _solver(name: str, keep: Callable | None) -> Any:
+    """The partitioner's solver setting for `name`: the planner as a CustomKnapsackSolver, else the name."""
+    if name != "planner":
+        return name
+    from labkit.planners.solver import planner_solver
+
+    if keep is None:
+        raise ValueError("solver_rows: the planner's row needs keep= (lab 04's knapsack_keep)")
+    return planner_solver(keep, "planner")
+
+
+def solver_row(model: GPTStack, x: torch.Tensor, name: str, budget: float, keep: Callable | None,
+               repeats: int) -> dict[str, Any]:
+    """One solver at one budget, measured (see the module's doc); a setting that fails is a row saying why."""
+    try:
+        solver = _solver(name, keep)
+        compiled = {id(b): Compiled(b.forward, budget, solver=solver) for b in model.blocks}
+        run = lambda block, y: compiled[id(block)](y)  # noqa: E731
+        stack_step(model, x, run)()  # compiles every block: the partitioner runs here
+        with contextlib.ExitStack() as ran:
+            for c in compiled.values():
+                ran.enter_context(c.check_ran(f"compile budget {budget:g} with {name}"))
+            with MemoryMeter(model, x, device=x.device) as meter:
+                stack_step(model, x, run)()
+            bitwise = all(map(torch.equal, _grads(model, x, _plain), _grads(model, x, run)))
+            ratio = compare(stack_step(model, x, _plain), stack_step(model, x, run), repeats=repeats, warmup=1,
+                            device=x.device).ratio
+    except Exception as e:  # noqa: BLE001 - a solver PyTorch refuses (or a torch without custom solvers): a row
+        return {"solver": name, "budget": budget, "error": f"{type(e).__name__}: {e}"[:300]}
+    row = {"solver": name, "budget": budget, "measured_peak": meter.peak, "step_ratio": round(ratio, 4),
+           "bitwise": bitwise}
+    if name == "planner":
+        row["solver_calls"] = solver.calls  # the partitioner asked it, once per block's graph
+    return row
+
+
+def solver_rows(model: GPTStack, x: torch.Tensor, keep: Callable | None, budgets: Sequence[float] = BUDGETS,
+                solvers: Sequence[str] = SOLVERS, repeats: int = 5) -> list[dict[str, Any]]:
+    """Every solver at every budget on `model` (see the module's doc); keep: lab 04's knapsack_keep."""
+    unknown = [s for s in solvers if s not in SOLVERS]
+    if unknown:
+        raise ValueError(f"solver_rows: solvers {unknown} are not among {', '.join(SOLVERS)}")
+    return [solver_row(model, x, name, b, keep, repeats) for b in budgets for name in solvers]
+
+
+def peak_monotone(rows: Sequence[dict[str, Any]]) -> dict[str, bool | None]:
+    """Per solver: whether its measured peak never rises as its budget falls (None: a row without a peak)."""
+    out: dict[str, bool | None] = {}
+    for name in dict.fromkeys(r["solver"] for r in rows):
+        mine = sorted((r for r in rows if r["solver"] == name), key=lambda r: r["budget"])
+        peaks = [r.get("measured_peak") for r in mine]
+        out[name] = None if None in peaks else all(a <= b for a, b in zip(peaks, peaks[1:]))
+    return out
+
+
+def compile_solvers(size: Sizes | None = None) -> dict[str, Any]:
+    """`bench compile`: the solvers list (name, budget, measured_peak, step_ratio, bitwise) with lab 04's planner
+    among them, the plain step's peak, and whether each solver's peak is monotone in the budget."""
+    from labkit.labs.selective import knapsack_keep
+
+    size = size or sizes()
+    model, x = long_stack(size)
+    with MemoryMeter(model, x, device=x.device) as meter:
+        stack_step(model, x, _plain)()
+    rows = solver_rows(model, x, knapsack_keep, repeats=max(3, size.repeats // 2))
+    return {"solvers": rows, "plain_peak": meter.peak, "peak_monotone": peak_monotone(rows),
+            "torch": torch.__version__, "config": {"s": model.cfg.seq, "b": model.cfg.batch,
+                                                   "h": model.cfg.hidden, "n_layers": model.cfg.n_layers}}

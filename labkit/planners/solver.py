@@ -1,0 +1,115 @@
+"""Lab 04's knapsack inside torch.compile: a keep-planner run as the min-cut partitioner's solver.
+
+Below activation_memory_budget 1, AOTAutograd's partitioner (torch/_functorch/partitioners.py,
+``choose_saved_values_set``) hands a 0-1 knapsack to a solver: the nodes it had banned from recomputation
+("all_recomputable_banned_nodes", largest first), each node's bytes normalised by the span between saving
+only the inputs and its default choice, and the budget in the same unit. ``activation_memory_budget_solver``
+names the solver: "dp", "greedy", "ilp", or, from torch 2.13, an instance of
+``torch._inductor.custom_graph_pass.CustomKnapsackSolver``, which is what ``planner_solver`` makes. A custom solver
+is given no runtimes: it prices each node itself, here as the built-in solvers are priced
+(``partitioners.estimate_runtime``: FLOPs by default), so that a difference between solvers is the search's,
+not the price's. The nodes become lab 04's OpRecords in graph order (its random-op rule reads order) and the
+planner's keep set comes back as the indices to save and to recompute.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import torch
+
+from labkit.instruments.ops import OpRecord
+
+__all__ = ["planner_solver", "node_records", "custom_solvers_supported"]
+
+SCALE = 1 << 20  # normalised memory -> integer "bytes" for the planner: 2^20 units over the partitioner's span
+Keep = Callable[[Sequence[OpRecord], int], Collection[str]]
+
+
+def custom_solvers_supported() -> bool:
+    """Whether this torch takes a CustomKnapsackSolver as activation_memory_budget_solver (2.13 does)."""
+    try:
+        from torch._inductor.custom_graph_pass import CustomKnapsackSolver  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _random(node: Any) -> bool:
+    """The node draws from a random generator (its op is tagged nondeterministic_seeded)."""
+    tags = getattr(getattr(node, "target", None), "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags
+
+
+def node_records(memory: Sequence[float], nodes: Sequence[Any], price: Callable[[Any], float]) -> list[OpRecord]:
+    """The partitioner's candidates as lab 04's OpRecords, in graph order: key "i:name" (i: the node's index in
+    the solver's lists), bytes the normalised memory x SCALE (at least 1), seconds price(node)."""
+    if len(memory) != len(nodes):
+        raise ValueError(f"node_records: {len(memory)} memory figures for {len(nodes)} nodes")
+    order = {n: k for k, n in enumerate(nodes[0].graph.nodes)} if nodes else {}
+    records = []
+    for i in sorted(range(len(nodes)), key=lambda i: order[nodes[i]]):
+        node = nodes[i]
+        op = getattr(node.target, "__name__", str(node.target))
+        records.append(OpRecord(key=f"{i}:{node.name}", op=op, module="", flops=0, bytes_moved=0,
+                                output_bytes=max(1, round(memory[i] * SCALE)), elements=0, is_view=False,
+                                in_place=False, random=_random(node), seconds=float(price(node))))
+    return records
+
+
+@functools.cache
+def _solver_type() -> type:
+    """The PlannerSolver class, made on first use: importing Inductor's pass base costs seconds, and torch older
+    than 2.13 has no CustomKnapsackSolver at all."""
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+
+    class PlannerSolver(CustomKnapsackSolver):
+        """keep(ops, budget) as the partitioner's knapsack solver (see the module's doc)."""
+
+        def __init__(self, keep: Keep, name: str) -> None:
+            self.keep, self.name, self.calls = keep, name, 0
+
+        def __call__(self, memory: list[float], joint_graph: Any, max_memory: float, node_info: Any,
+                     nodes: list[Any]) -> tuple[list[int], list[int]]:
+            from torch._functorch.partitioners import estimate_runtime
+
+            self.calls += 1
+            ops = node_records(memory, nodes, estimate_runtime)
+            keep = set(self.keep(ops, int(max(0.0, max_memory) * SCALE)))
+            unknown = keep - {r.key for r in ops}
+            if unknown:
+                raise ValueError(f"PlannerSolver({self.name}): the planner kept {sorted(unknown)[:3]}, which are "
+                                 "not among the partitioner's candidates")
+            saved = [i for i in range(len(nodes)) if f"{i}:{nodes[i].name}" in keep]
+            return saved, [i for i in range(len(nodes)) if i not in saved]
+
+        def uuid(self) -> str:
+            """A cache key of what the solver computes: the planner's code, not its name."""
+            return _code_digest(self.keep)
+
+        def __repr__(self) -> str:
+            return f"PlannerSolver({self.name})"
+
+    return PlannerSolver
+
+
+def planner_solver(keep: Keep, name: str = "planner") -> Any:
+    """keep(ops, budget) -> the op keys to keep (lab 04's knapsack_keep or greedy_keep) as a CustomKnapsackSolver:
+    set it as torch._functorch.config.activation_memory_budget_solver. Its .calls counts the partitioner's calls."""
+    if not custom_solvers_supported():
+        raise ValueError(f"planner_solver: torch {torch.__version__} takes no custom knapsack solver "
+                         "(torch._inductor.custom_graph_pass.CustomKnapsackSolver is from 2.13)")
+    return _solver_type()(keep, name)
+
+
+def _code_digest(fn: Callable[..., Any]) -> str:
+    """sha256 of fn's source (else its bytecode and constants) and SCALE."""
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        text = repr((code.co_code, code.co_consts)) if code is not None else repr(fn)
+    return hashlib.sha256(f"{SCALE}\n{text}".encode()).hexdigest()

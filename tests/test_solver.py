@@ -1,0 +1,78 @@
+"""Lab 04's knapsack as torch.compile's partitioner solver (labkit.planners.solver) and `bench compile`."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.fx as fx
+
+import labkit as lk
+from labkit.bench.solvers import peak_monotone, solver_rows
+from labkit.planners.solver import SCALE, custom_solvers_supported, node_records, planner_solver
+from labkit.reference.selective import knapsack_keep
+
+pytestmark = pytest.mark.skipif(not custom_solvers_supported(), reason="torch < 2.13 takes no custom solver")
+
+
+def _graph() -> tuple[list[fx.Node], fx.Graph]:
+    g = fx.Graph()
+    x = g.placeholder("x")
+    a = g.call_function(torch.ops.aten.mm.default, (x, x))
+    d = g.call_function(torch.ops.aten.native_dropout.default, (a, 0.1, True))
+    r = g.call_function(torch.ops.aten.relu.default, (a,))
+    g.output((d, r))
+    return [r, a, d], g  # as the partitioner lists them: largest first, not in graph order
+
+
+def test_the_partitioners_candidates_become_op_records_in_graph_order():
+    nodes, _ = _graph()
+    ops = node_records([0.25, 0.5, 0.125], nodes, price=lambda n: 3.0)
+    assert [r.key for r in ops] == ["1:mm_default", "2:native_dropout_default", "0:relu_default"]  # graph order; keys keep the index
+    assert [r.output_bytes for r in ops] == [SCALE // 2, SCALE // 8, SCALE // 4]
+    assert [r.random for r in ops] == [False, True, False] and all(r.seconds == 3.0 for r in ops)
+    with pytest.raises(ValueError, match="2 memory figures for 3 nodes"):
+        node_records([0.1, 0.2], nodes, price=lambda n: 1.0)
+
+
+def test_the_solver_returns_what_the_planner_keeps_and_refuses_what_it_invents(monkeypatch):
+    import torch._functorch.partitioners as P
+
+    monkeypatch.setattr(P, "estimate_runtime", lambda node: 100.0 if node.name == "mm_default" else 1.0)
+    nodes, g = _graph()
+    seen = []
+    solver = planner_solver(lambda ops, budget: seen.append((ops, budget)) or knapsack_keep(ops, budget), "mine")
+    saved, recomputed = solver([0.25, 0.5, 0.125], g, 0.5, None, nodes)
+    assert seen[0][1] == SCALE // 2 and solver.calls == 1
+    assert saved == [1] and recomputed == [0, 2]  # the mm: most seconds within half the span
+    bad = planner_solver(lambda ops, budget: {"9:nothing"}, "bad")
+    with pytest.raises(ValueError, match=r"kept \['9:nothing'\], which are not among the partitioner's"):
+        bad([0.25, 0.5, 0.125], g, 0.5, None, nodes)
+
+
+def test_the_solvers_cache_key_is_its_code_not_its_name():
+    def a(ops, budget):
+        return set()
+
+    def b(ops, budget):
+        return {ops[0].key}
+    assert planner_solver(a, "x").uuid() == planner_solver(a, "y").uuid()
+    assert planner_solver(a, "x").uuid() != planner_solver(b, "x").uuid()
+
+
+def test_the_planner_runs_inside_torch_compile_and_its_plan_is_measured():
+    model, x = lk.bench.long_stack(lk.sizes("tiny"))
+    rows = solver_rows(model, x, knapsack_keep, budgets=(0.2,), solvers=("planner", "dp"), repeats=1)
+    mine, dp = rows
+    assert mine["solver_calls"] == len(model.blocks)  # the partitioner asked it once per block's graph
+    assert mine["measured_peak"] > 0 and dp["measured_peak"] > 0 and set(dp) >= {"step_ratio", "bitwise"}
+
+
+def test_a_solver_that_fails_is_a_row_and_the_peaks_order_is_judged_per_solver():
+    model, x = lk.bench.long_stack(lk.sizes("tiny"))
+    (row,) = solver_rows(model, x, None, budgets=(0.5,), solvers=("planner",), repeats=1)
+    assert "needs keep=" in row["error"]
+    with pytest.raises(ValueError, match="'simplex'"):
+        solver_rows(model, x, None, solvers=("simplex",))
+    rows = [{"solver": "dp", "budget": b, "measured_peak": p} for b, p in ((0.2, 5), (0.5, 7), (0.8, 6))]
+    rows += [{"solver": "ilp", "budget": b, "measured_peak": p} for b, p in ((0.2, 5), (0.8, 6))]
+    rows += [{"solver": "greedy", "budget": 0.2, "error": "x"}]
+    assert peak_monotone(rows) == {"dp": False, "ilp": True, "greedy": None}
