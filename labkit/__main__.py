@@ -1,5 +1,6 @@
 """Command line: python -m labkit doctor | sizes [--profile P] [--memory M] [--json] | student [--check] |
-execute NB... | site [OUT] | bench NAME [--json] | gpu-check | release OUT [--labs 01,02] | grade SUBMISSIONS... [--labs ...]."""
+execute NB... | site [OUT] | bench NAME [--json] | gpu-check | release OUT [--labs 01,02] |
+collect 'HOMES_GLOB' [--out returned] [--labs ...] | grade SUBMISSIONS... [--labs ...]."""
 from __future__ import annotations
 
 import argparse
@@ -123,8 +124,28 @@ def _release(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote the student bundle of lab {', '.join(chosen)} to {args.out}: "
           f"{', '.join(p.name for p in notebooks)}; left out the reference answers "
-          f"{', '.join(release.withheld(ROOT, chosen))}")
+          f"{', '.join(release.withheld(ROOT, chosen, bundle=True))}")
+    if release.START not in chosen:
+        print(f"labkit release: {release.CARRIED}")
     return 0
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from labkit.course import collect, release
+
+    try:
+        labs = release.parse_labs(args.labs, release.labs(ROOT), in_order=False) if args.labs else None
+        homes = collect.collect(args.homes, Path(args.out), labs, args.strip)
+    except (collect.CollectError, release.ReleaseError) as e:
+        print(f"labkit collect: {e}", file=sys.stderr)
+        return 2
+    for home in homes:
+        print(f"labkit collect: {home.line()}")
+    written = sum(len(h.written) for h in homes)
+    refused = sum(len(h.refused) for h in homes)
+    print(f"labkit collect: {written} notebooks of {sum(bool(h.written) for h in homes)} students into {args.out}"
+          + (f"; {refused} refused (above)" if refused else "") + f": grade with `python -m labkit grade {args.out}`")
+    return 0 if written else 1
 
 
 def _grade(args: argparse.Namespace) -> int:
@@ -216,6 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", help="a new (or empty) folder")
     p.add_argument("--labs", help="comma-separated lab numbers, in order, none skipped (default: all)")
     p.set_defaults(run=_release)
+    p = sub.add_parser("collect", help="copy the students' lab notebooks from their homes into OUT/<name>/, "
+                                       "never following a link out of a home")
+    p.add_argument("homes", help="a glob of the students' home folders, quoted: '/home/*' (each folder's name is "
+                                 "the student's)")
+    p.add_argument("--out", default="returned", help="the folder to fill (default returned/), as grade reads it")
+    p.add_argument("--labs", help="comma-separated lab numbers to collect (default: all)")
+    p.add_argument("--strip", default="", help="a prefix of the home folders' names to drop (jupyter- on The "
+                                               "Littlest JupyterHub)")
+    p.set_defaults(run=_collect)
     p = sub.add_parser("grade", help="grade returned notebooks, each rebuilt from the pristine one, in a sandbox")
     p.add_argument("submissions", nargs="+", help="notebooks, or folders searched for them")
     p.add_argument("--labs", help="comma-separated lab numbers to grade (default: all)")

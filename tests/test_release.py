@@ -32,8 +32,8 @@ def test_a_later_lab_alone_ships_the_earlier_answers_but_not_its_own(tmp_path):
     release.write(ROOT, tmp_path / "b", ["03"])
     shipped = {p.name for p in (tmp_path / "b" / "labkit" / "reference").glob("*.py")}
     assert {"activation_memory.py", "recompute.py"} <= shipped
-    assert not shipped & {"sqrt_n.py", "selective.py", "roofline.py"}
-    assert [p.name for p in (tmp_path / "b" / "notebooks").iterdir()] == ["03_sqrt_n.ipynb"]
+    assert not shipped & {"sqrt_n.py", "selective.py", "roofline.py", "start_here.py"}  # lab 00 carried, its answer too
+    assert sorted(p.name for p in (tmp_path / "b" / "notebooks").iterdir()) == ["00_start_here.ipynb", "03_sqrt_n.ipynb"]
     assert (tmp_path / "b" / "Makefile").read_text() == (ROOT / "tools" / "kit.mk").read_text()
     readme = (tmp_path / "b" / "README.md").read_text()
     assert "What to hand in" in readme and "`yourname/03_sqrt_n.ipynb`" in readme
@@ -41,6 +41,23 @@ def test_a_later_lab_alone_ships_the_earlier_answers_but_not_its_own(tmp_path):
         assert (tmp_path / "b" / name).read_text() == (ROOT / name).read_text()
     with pytest.raises(release.ReleaseError, match="not an empty folder"):
         release.write(ROOT, tmp_path / "b", ["03"])
+
+
+def test_every_bundle_carries_lab_00_and_says_so(tmp_path):
+    """Lab 00 (the doctor, the profiles, how a checker answers) is what every later lab assumes a student ran."""
+    done = subprocess.run([sys.executable, "-m", "labkit", "release", str(tmp_path / "b"), "--labs", "01,02"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "b" / "notebooks").iterdir()) == [
+        "00_start_here.ipynb", "01_activation_memory.ipynb", "02_recompute.ipynb"]
+    assert "lab 00 (00_start_here" in done.stdout and "start_here.py" in done.stdout
+    readme = (tmp_path / "b" / "README.md").read_text()
+    assert "`yourname/01_activation_memory.ipynb`" in readme and "00_start_here.ipynb" in readme
+    release.write(ROOT, tmp_path / "c", ["00", "01"])  # released with the others: carried once
+    assert sorted(p.name for p in (tmp_path / "c" / "notebooks").iterdir()) == [
+        "00_start_here.ipynb", "01_activation_memory.ipynb"]
+    assert release.withheld(ROOT, ["02"]) == release.withheld(ROOT, ["02"], bundle=False)  # the grader's is unchanged
+    assert "start_here.py" not in release.withheld(ROOT, ["02"])
 
 
 def test_a_bundle_ships_no_compiled_answers(tmp_path):

@@ -8,7 +8,9 @@ the released labs and every later lab. A later lab that builds on an earlier rel
 `labkit.labs`, which then runs the student's own notebook (labkit/labs/__init__.py).
 
 Labs are released in order with none skipped, so each released lab finds every earlier lab's code: due labs
-as reference answers, released ones as the student's.
+as reference answers, released ones as the student's. Every bundle carries lab 00 (START) as well: its doctor
+cell, its profiles and the way exercises work are what every later lab assumes a student has seen; its one
+exercise's answer is withheld with the released labs' (no later lab imports it).
 """
 from __future__ import annotations
 
@@ -23,9 +25,21 @@ from labkit.course.catalog import LABS
 
 STUDENT_README = """# Activation checkpointing, hands on: {labs}
 
+On a JupyterHub whose image has torch and Jupyter, in a terminal in this folder:
+
 ```sh
-make lab     # creates .venv, installs the kit, serves JupyterLab on http://127.0.0.1:8888
+make hub     # the kit into this server's Python (never its torch); then open the notebooks in this JupyterLab
 ```
+
+(Where the hub's image was built from this folder, the kit is there already: skip it.) On a laptop:
+
+```sh
+make lab     # creates .venv, installs torch and the kit, serves JupyterLab on http://127.0.0.1:8888
+```
+
+Start with `notebooks/00_start_here.ipynb` (a few seconds): it checks your environment and shows how the
+exercises and their checkers work. To choose a profile or a GPU share on a hub, call
+`lk.use(profile="cpu")` or `lk.use(gpu_memory="12GiB")` right after `import labkit as lk`, before anything else.
 
 Open `notebooks/` and work through the labs in order. Each exercise has a
 `## Exercise N.M` heading, a function to write in place of its
@@ -50,6 +64,11 @@ change it.
 `make doctor` checks the environment (torch, widgets, plotting) and says how to
 fix what it finds.
 """
+
+
+START = "00"  # the lab every bundle carries
+CARRIED = (f"lab {START} (00_start_here: the environment check, the profiles, how an exercise is checked) is carried "
+           "in every bundle, its answer withheld: every later lab assumes a student has run it")
 
 
 class ReleaseError(ValueError):
@@ -81,16 +100,23 @@ def parse_labs(text: str | None, available: dict[str, Path], in_order: bool = Tr
     return chosen
 
 
-def withheld(root: Path, chosen: list[str]) -> list[str]:
-    """labkit/reference modules a bundle of `chosen` leaves out: those of the released labs and every later one."""
-    return [f"{lab.module}.py" for lab in LABS if lab.number >= chosen[0]]
+def carried(chosen: list[str]) -> list[str]:
+    """The labs a bundle of `chosen` holds: lab START first, then `chosen`."""
+    return chosen if START in chosen else [START, *chosen]
+
+
+def withheld(root: Path, chosen: list[str], bundle: bool = False) -> list[str]:
+    """labkit/reference modules left out for `chosen`: those of the released labs and every later one (the grader
+    hides these); `bundle`: also those of the labs a bundle carries besides (lab START's)."""
+    extra = set(carried(chosen)) - set(chosen) if bundle else set()
+    return [f"{lab.module}.py" for lab in LABS if lab.number >= chosen[0] or lab.number in extra]
 
 
 def package(root: Path, dest: Path, chosen: list[str]) -> Path:
     """Copy the labkit package to `dest/labkit` without the withheld reference answers; returns the copy."""
     copy = dest / "labkit"
     shutil.copytree(root / "labkit", copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in withheld(root, chosen):
+    for name in withheld(root, chosen, bundle=True):
         (copy / "reference" / name).unlink(missing_ok=True)
     return copy
 
@@ -103,7 +129,7 @@ def write(root: Path, out: Path, chosen: list[str]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     package(root, out, chosen)
     notebooks = []
-    for number in chosen:
+    for number in carried(chosen):
         path = available[number]
         nb = student.student_view(student.read(path), f"solutions/{path.name}")
         target = out / "notebooks" / path.name
@@ -114,7 +140,7 @@ def write(root: Path, out: Path, chosen: list[str]) -> list[Path]:
         shutil.copy(root / name, out / name)
     shutil.copy(root / "tools" / "kit.mk", out / "Makefile")
     titles = ", ".join(f"{n} {re.sub(r'^[0-9]+_', '', available[n].stem).replace('_', ' ')}" for n in chosen)
-    names = [p.name for p in notebooks]
+    names = [available[n].name for n in chosen]
     (out / "README.md").write_text(STUDENT_README.format(labs=titles, names=", ".join(f"`{n}`" for n in names),
                                                          first=names[0]))
     return notebooks

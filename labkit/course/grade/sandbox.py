@@ -159,14 +159,45 @@ def unusable() -> str | None:
                "(Debian/Ubuntu: apt-get install bubblewrap)"
     if _privileged() and shutil.which("setpriv") is None:
         return "run as root, labkit grade drops to a uid of its own with setpriv (util-linux), which is not installed"
+    # the box itself first: where no box can be made (no user namespaces), identity()'s probe fails too
+    probe = subprocess.run(_user(0) + [bwrap(), "--ro-bind", "/", "/", *_BWRAP, "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return userns_off(probe.stderr) or \
+            f"bubblewrap cannot make the box here ({probe.stderr.strip()[:200]}); it needs bubblewrap 0.8 or newer " \
+            "and user namespaces"
     if identity().startswith("none"):
         return (f"run as root, labkit grade runs each box as uid {BOX_UID} and more, which cannot run this Python "
                 f"({sys.executable}): make its environment readable by other users, or grade as another user")
-    probe = subprocess.run(_user(0) + [bwrap(), "--ro-bind", "/", "/", *_BWRAP, "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"bubblewrap cannot make the box here ({probe.stderr.strip()[:200]}); it needs bubblewrap 0.8 " \
-               "or newer and user namespaces"
     return None
+
+
+# The settings that turn unprivileged user namespaces off, each with the value that turns them on: Debian's and
+# Ubuntu's switch, the kernel's count (0: none), and Ubuntu 24.04's AppArmor restriction.
+USERNS_SETTINGS = (("kernel.unprivileged_userns_clone", "0", "1"), ("user.max_user_namespaces", "0", "15000"),
+                   ("kernel.apparmor_restrict_unprivileged_userns", "1", "0"))
+_USERNS_WORDS = ("namespace", "uid map", "operation not permitted")
+
+
+def _sysctl(name: str, root: Path = Path("/proc/sys")) -> str | None:
+    try:
+        return (root / name.replace(".", "/")).read_text().strip()
+    except OSError:
+        return None
+
+
+def userns_off(stderr: str, proc_sys: Path = Path("/proc/sys")) -> str | None:
+    """One line when bubblewrap failed for want of unprivileged user namespaces (its `stderr` says so): the setting
+    that is off, or a container that forbids them, and what to do; None for any other failure."""
+    if not any(word in stderr.lower() for word in _USERNS_WORDS):
+        return None
+    off = [(name, value, on) for name, value, on in USERNS_SETTINGS if _sysctl(name, proc_sys) == value]
+    where = ", ".join(f"{name} is {value}" for name, value, _ in off) or \
+        "kernel.unprivileged_userns_clone and user.max_user_namespaces allow them, so the container (a hub's pod: " \
+        "its seccomp profile) forbids them"
+    turn_on = " and ".join(f"sysctl -w {name}={on}" for name, _, on in off) or "a container that allows them"
+    return (f"unprivileged user namespaces are off here ({where}; bwrap: {stderr.strip().splitlines()[-1][:120]}), "
+            f"so bubblewrap cannot make a box: grade on another machine where they are on (a workstation or a CI "
+            f"runner; as root on a host: {turn_on}), not in the hub's pods (docs/instructors.md, \"Where to grade\")")
 
 
 def _inside(path: Path, folder: Path) -> bool:
