@@ -54,7 +54,8 @@ $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	elif ! have=$$($(PY) -c "$$TORCH_FITS" $(TORCH_FLOOR)); then \
 	  if [ -z "$(filter 1,$(TORCH_UPGRADE))" ]; then \
 	    echo "labkit: this Python's torch $${have:-(its version unreadable)} is older than $(TORCH_FLOOR), the oldest the kit is"; \
-	    echo "labkit: tested on; pip would replace it in $(VENV) with the public index's torch (a CUDA build of several"; \
+	    echo "labkit: tested on (CI runs the suite on $(patsubst torch==%,%,$(TORCH_SPEC)) on a CPU; every lab ran on a GPU on $(TORCH_FLOOR)); pip"; \
+	    echo "labkit: would replace it in $(VENV) with the public index's torch (a CUDA build of several"; \
 	    echo "labkit: GB, not necessarily for this machine's driver). Install torch>=$(TORCH_FLOOR) for this CUDA into the"; \
 	    echo "labkit: image (PyTorch's install selector gives the index), or install $(TORCH_SPEC) into $(VENV):"; \
 	    echo "labkit: make $(firstword $(MAKECMDGOALS) lab) TORCH_UPGRADE=1 (with TORCH_PIP_ARGS='--index-url ...' for an index)"; \
