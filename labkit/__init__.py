@@ -17,7 +17,7 @@ except ImportError as e:  # pragma: no cover - exercised by hand on a machine wi
 from labkit import bench, checks, instruments, planners, plans
 from labkit import stubs
 from labkit.env.doctor import doctor
-from labkit.env.profile import profile, sizes
+from labkit.env.profile import profile, sizes, use
 from labkit.env.sizes import PROFILES, Sizes
 from labkit.instruments import Ledger, MemoryMeter, harness, measure_peak, ops, roofline, saved_tensors
 from labkit.instruments.timing import benchmark, compare
@@ -43,7 +43,7 @@ stubs.install()  # in a notebook, a stub's NotImplementedError shows as one line
 
 __all__ = [
     "PROFILES", "Sizes", "advice", "bench", "checks", "harness", "instruments", "ops", "planners", "plans", "plots",
-    "roofline", "widgets", "doctor", "profile", "sizes", "benchmark", "compare",
+    "roofline", "widgets", "doctor", "profile", "sizes", "use", "benchmark", "compare",
     "Ledger", "MemoryMeter", "measure_peak", "saved_tensors",
     "ConvNet", "GPT", "GPTConfig", "GPTStack", "GPTBlock", "MLPChain", "MLPConfig", "gpt_input", "gpt_tokens",
     "mlp_input", "next_token_loss",

@@ -307,7 +307,38 @@ def test_doctor_on_this_machine_prints_a_few_lines_and_no_stderr(capsys):
     assert out.strip() == str(result)
     assert 5 <= len(out.splitlines()) <= 12
     assert {c.name for c in result.checks} == {"torch", "profile", "widgets", "matplotlib", "cuda", "shm", "gpu share",
-                                                "allocator"}
+                                                "allocator", "hub"}
+
+
+# -- on a JupyterHub -----------------------------------------------------------------------
+
+HUB = {"JUPYTERHUB_SERVICE_PREFIX": "/user/ada/", "JUPYTERHUB_USER": "ada"}
+
+
+def test_a_hub_is_told_by_jupyterhub_s_variables():
+    assert dr.on_hub({}) is None and dr.hub_line({}) == ""
+    assert dr.on_hub(HUB) == "ada" and dr.on_hub({"JUPYTERHUB_API_URL": "http://hub:8081/hub/api"}) == "?"
+
+
+def test_on_a_hub_the_doctor_says_what_is_tested_there_and_what_is_not():
+    line = dr.hub_line(HUB)
+    assert "make lab` starts none" in line and "Tested on a hub: labs 00-01" in line and "Not tested:" in line
+    assert "torch 2.11" in line and "lk.use(" in line
+
+
+def test_a_kernel_in_the_kit_s_venv_on_a_hub_is_a_warning():
+    ok = dr.check_hub(HUB, prefix="/opt/conda", kit="/home/ada/labkit/labkit")
+    assert ok.ok and "ada" in ok.detail
+    second = dr.check_hub(HUB, prefix="/home/ada/labkit/.venv", kit="/home/ada/labkit/labkit")
+    assert not second.ok and second.severity == "warning" and "make hub" in second.fix
+    assert dr.check_hub({}, prefix="/home/ada/labkit/.venv", kit="/home/ada/labkit/labkit").ok  # a laptop's venv
+
+
+def test_the_report_shows_the_hub_line(monkeypatch, capsys):
+    for name, value in HUB.items():
+        monkeypatch.setenv(name, value)
+    result = dr.doctor()
+    assert "  hub      JupyterHub server of ada" in capsys.readouterr().out and result.hub
 
 
 def test_doctor_quiet_prints_nothing(capsys):

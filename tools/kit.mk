@@ -31,7 +31,37 @@ LOCK   ?= constraints.txt
 # exit 0 when this Python is at least the one the lock names ("# python>=3.11")
 export LOCK_FITS := import re, sys; m = re.search(r"^\# python>=(\d+)\.(\d+)", open(sys.argv[1]).read(), re.M); sys.exit(0 if m is None or sys.version_info[:2] >= (int(m[1]), int(m[2])) else 1)
 
-.PHONY: lab doctor clean
+# On a JupyterHub: its single-user server sets these in every process it starts (terminals and kernels). There
+# the hub serves JupyterLab, and the image has its torch: `make hub` installs the kit into that Python (HUB_PYTHON,
+# the one on PATH: on most images the kernels' own) without touching torch, and `make lab` does the same and starts
+# no second server, which the student's browser could not reach. See docs/hub.md.
+ON_HUB := $(or $(JUPYTERHUB_SERVICE_PREFIX),$(JUPYTERHUB_API_URL))
+HUB_PYTHON ?= $(PYTHON)
+# The kit's own dependencies, but torch, as pyproject.toml lists them: pip installs only those missing (JupyterLab,
+# numpy, matplotlib and ipywidgets are in most hub images; PuLP and pwlf, lab 07's, often are not)
+export HUB_DEPS := import re; t = open("pyproject.toml").read(); deps = re.search(r"^dependencies = \[(.*?)^\]", t, re.M | re.S).group(1); print(" ".join(d for d in re.findall(r'"([^"]+)"', deps) if not re.match(r"torch\b", d)))
+# --user (your home: kept when the hub restarts your server, where an image's own folders are not) where that
+# Python reads a user site (a virtual environment of its own does not); HUB_PIP_ARGS= installs into the environment
+HUB_PIP_ARGS ?= $(shell $(HUB_PYTHON) -c 'import site; print("--user" if site.ENABLE_USER_SITE else "")' 2>/dev/null)
+
+.PHONY: lab hub doctor clean
+
+hub:
+	@if ! have=$$($(HUB_PYTHON) -c "$$TORCH_FITS" $(TORCH_FLOOR) 2>/dev/null); then \
+	  if [ -z "$$have" ]; then \
+	    echo "labkit: $(HUB_PYTHON) does not import torch; make hub keeps a hub image's torch and installs none."; \
+	    echo "labkit: Give the Python the hub's kernels run (make hub HUB_PYTHON=/path/to/python), or use make lab."; \
+	  else \
+	    echo "labkit: this Python's torch $$have is older than $(TORCH_FLOOR), the oldest the kit is tested on; make hub"; \
+	    echo "labkit: never replaces an image's torch: ask the hub's admin for an image with torch>=$(TORCH_FLOOR)."; \
+	  fi; \
+	  exit 1; \
+	fi
+	@echo "labkit: installing the kit into $$($(HUB_PYTHON) -c 'import sys; print(sys.executable)') $(HUB_PIP_ARGS), its torch $$($(HUB_PYTHON) -c 'import torch; print(torch.__version__)') kept"
+	$(HUB_PYTHON) -m pip install $(HUB_PIP_ARGS) --no-deps -e .
+	$(HUB_PYTHON) -m pip install $(HUB_PIP_ARGS) $$($(HUB_PYTHON) -c "$$HUB_DEPS")
+	@cd / && $(HUB_PYTHON) -c 'import labkit, torch; print(f"labkit: the kit imports from {labkit.__path__[0]}, beside torch {torch.__version__}")'
+	@echo "labkit: open $(or $(START),notebooks/) in this hub's JupyterLab (its file browser); no second server is started."
 
 $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	@if [ ! -x $(PY) ]; then \
@@ -82,13 +112,19 @@ START ?= $(firstword $(wildcard notebooks/00_start_here.ipynb) $(sort $(wildcard
 # the browser tests' settings do); a setting already there is kept
 export NO_NEWS := import json, pathlib, sys; p = pathlib.Path(sys.prefix, "share", "jupyter", "lab", "settings", "overrides.json"); p.parent.mkdir(parents=True, exist_ok=True); d = json.loads(p.read_text()) if p.exists() else {}; d.setdefault("@jupyterlab/apputils-extension:notification", {}).setdefault("fetchNews", "false"); p.write_text(json.dumps(d, indent=1) + "\n")
 
+ifeq ($(ON_HUB),)
 lab: $(STAMP)
 	@$(PY) -c "$$NO_NEWS"
 	$(PY) -m jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=. \
 	  $(if $(START),--LabApp.default_url=/lab/tree/$(START)) $(ROOT_FLAG)
+else
+lab: hub
+	@echo "labkit: this is a JupyterHub server (JUPYTERHUB_SERVICE_PREFIX or JUPYTERHUB_API_URL is set): make lab"
+	@echo "labkit: installed the kit as make hub does and starts no JupyterLab of its own (the hub serves yours)."
+endif
 
-doctor: $(STAMP)
-	$(PY) -m labkit doctor
+doctor: $(if $(ON_HUB),,$(STAMP))
+	$(if $(ON_HUB),$(HUB_PYTHON),$(PY)) -m labkit doctor
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -61,6 +61,7 @@ class DoctorReport:
     checks: tuple[Check, ...]
     gpu: str = ""  # on CUDA: memory, MIG and other processes (labkit.env.gpuinfo)
     sizes: str = ""  # on the gpu profile: the sizes it chose for that memory, and why
+    hub: str = ""  # on a JupyterHub server: what is tested there and what is not
 
     @property
     def failures(self) -> list[Check]:
@@ -80,6 +81,7 @@ class DoctorReport:
                  f"  profile  {self.profile}",
                  *([f"  gpu      {self.gpu}"] if self.gpu else []),
                  *([f"  sizes    {self.sizes}"] if self.sizes else []),
+                 *([f"  hub      {self.hub}"] if self.hub else []),
                  f"  passed   {', '.join(passed) if passed else 'none'}"]
         for c in self.failures:
             label = "WARN" if c.severity == "warning" else "FAIL"
@@ -386,8 +388,53 @@ def check_allocator(state: tuple[int, int, str | None] | None = FROM_SYSTEM) -> 
     return Check("allocator", True, f"{now}; expandable segments")
 
 
+# -- on a JupyterHub ------------------------------------------------------------
+
+# A JupyterHub's single-user server sets these in every process it starts, its kernels' too
+HUB_VARIABLES = ("JUPYTERHUB_SERVICE_PREFIX", "JUPYTERHUB_API_URL")
+
+
+def on_hub(environ: Any = FROM_SYSTEM) -> str | None:
+    """The JupyterHub user this process serves (or "?" when unnamed), None off a hub."""
+    environ = os.environ if environ is FROM_SYSTEM else environ
+    if not any(environ.get(name) for name in HUB_VARIABLES):
+        return None
+    return environ.get("JUPYTERHUB_USER") or "?"
+
+
+def hub_line(environ: Any = FROM_SYSTEM) -> str:
+    """On a hub: where the labs open, what the kit was tested on there and what not; empty elsewhere."""
+    user = on_hub(environ)
+    if user is None:
+        return ""
+    gpu = "; ".join(f"torch {'.'.join(map(str, r))}: {where}" for r, where in sorted(GPU_TORCH.items()))
+    return (f"JupyterHub server of {user}: open the labs in this JupyterLab (`make lab` starts none here). Tested on "
+            "a hub: labs 00-01 on the cpu profile, three students at once, the kit installed by `make hub` "
+            f"(tests/test_hub.py); on a GPU, {gpu}. Not tested: KubeSpawner pods, several students' kernels on "
+            "one GPU at once. lk.use(profile=..., gpu_memory=...), before anything else in a notebook, sets this "
+            "kernel's profile or GPU share")
+
+
+def check_hub(environ: Any = FROM_SYSTEM, prefix: str = FROM_SYSTEM, kit: str = FROM_SYSTEM) -> Check:
+    """On a hub, the kernel runs in the hub's Python, not in a `.venv` of the kit (the second JupyterLab that
+    `make lab` used to start inside a hub's server, which the student's browser cannot reach): a warning."""
+    user = on_hub(environ)
+    if user is None:
+        return Check("hub", True, "not a JupyterHub server")
+    prefix = sys.prefix if prefix is FROM_SYSTEM else prefix
+    if kit is FROM_SYSTEM:
+        kit = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    venv = os.path.join(os.path.dirname(kit), ".venv")
+    if os.path.abspath(prefix) == os.path.abspath(venv):
+        return Check("hub", False, f"on a JupyterHub this kernel runs in the kit's own {venv}, a server of its own "
+                     "inside the hub's", "in a terminal of the hub, `make hub` in the kit's folder, then open the "
+                     "notebooks in the hub's JupyterLab and choose its Python kernel", severity="warning")
+    return Check("hub", True, f"JupyterHub server of {user}, this kernel in {prefix}")
+
+
 CHECKS: tuple[Callable[[], Check], ...] = (
-    check_torch, check_profile, check_widgets, check_backend, check_cuda, check_shm, check_gpu_share, check_allocator)
+    check_torch, check_profile, check_widgets, check_backend, check_cuda, check_shm, check_gpu_share, check_allocator,
+    check_hub)
 
 
 def _sizes_line(profile: str) -> str:
@@ -417,7 +464,7 @@ def doctor(verbose: bool = True) -> DoctorReport:
     profile = _profile_line(checks)
     report = DoctorReport(torch=version or "not importable", device=describe_device(), profile=profile,
                           checks=checks, gpu=state.summary() if state is not None else "",
-                          sizes=_sizes_line(profile))
+                          sizes=_sizes_line(profile), hub=hub_line())
     if verbose:
         print(report)
     return report

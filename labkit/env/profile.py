@@ -7,6 +7,9 @@ $LABKIT_AUTOCAST (bfloat16 or none) sets the dtype the time labs' steps run
 in under torch.autocast, over the profile's own (bfloat16 on gpu, none on the CPU
 profiles): none times a GPU in float32, bfloat16 runs the gpu profile's code path on
 a CPU.
+
+On a hub, where the hub starts Jupyter and no variable can be set before it, `use(profile=..., gpu_memory=...)`
+sets both for this kernel from a notebook: right after `import labkit as lk`, before anything chooses sizes.
 """
 from __future__ import annotations
 
@@ -19,6 +22,50 @@ import torch
 
 from labkit.env.sizes import FIXED, PROFILES, Sizes
 from labkit.env.sizing import Choice, choose, parse_bytes
+
+
+# What this process has chosen sizes with, once it has: (the profile, $LABKIT_GPU_MEMORY) when sizes() or
+# gpu_choice() first ran; use() refuses to change either after that.
+_chosen: tuple[str, str] | None = None
+
+
+def _choosing(name: str) -> None:
+    global _chosen
+    if _chosen is None:
+        _chosen = (name, os.environ.get("LABKIT_GPU_MEMORY", "").strip())
+
+
+def use(profile: str | None = None, gpu_memory: str | None = None) -> None:
+    """Set this kernel's profile (`"cpu"`, `"gpu"` or `"tiny"`: $LABKIT_PROFILE) and GPU share (`"12GiB"`:
+    $LABKIT_GPU_MEMORY) from a notebook, as on a hub where Jupyter is started for you: call it right after
+    `import labkit as lk`, before `lk.doctor()` or `lk.sizes()`. Refused, naming why, once this kernel chose its
+    sizes with other settings (the cells run since used them): restart the kernel and call it first."""
+    global _chosen
+    wanted = {}
+    if profile is not None:
+        name = str(profile).strip().lower()
+        if name not in PROFILES:
+            raise ValueError(f"lk.use(profile={profile!r}): not a profile; choose one of {', '.join(PROFILES)}")
+        if name == "gpu" and not torch.cuda.is_available():
+            raise ValueError("lk.use(profile='gpu'): torch sees no CUDA device here; choose 'cpu'")
+        wanted["LABKIT_PROFILE"] = name
+    if gpu_memory is not None:
+        try:
+            parse_bytes(str(gpu_memory))
+        except ValueError as e:
+            raise ValueError(f"lk.use(gpu_memory={gpu_memory!r}): {e}") from None
+        wanted["LABKIT_GPU_MEMORY"] = str(gpu_memory).strip()
+    if _chosen is not None:
+        chosen_profile, chosen_memory = _chosen
+        now = {"LABKIT_PROFILE": chosen_profile, "LABKIT_GPU_MEMORY": chosen_memory}
+        changed = [k for k, v in wanted.items() if v != now[k]]
+        if changed:
+            raise RuntimeError(
+                f"lk.use: this kernel already chose its sizes (profile {chosen_profile}"
+                f"{', GPU share ' + chosen_memory if chosen_memory else ''}) when a cell first asked for them "
+                "(lk.doctor() or lk.sizes()), and the cells run since used them; restart the kernel (Kernel > "
+                "Restart Kernel) and call lk.use(...) right after `import labkit as lk`")
+    os.environ.update(wanted)
 
 
 def profile() -> str:
@@ -36,7 +83,9 @@ def profile() -> str:
 def sizes(name: str | None = None) -> Sizes:
     """Problem sizes of profile `name` (default: the active profile); gpu: sized to this process's GPU; the
     autocast of $LABKIT_AUTOCAST where it is set."""
-    name = profile() if name is None else name
+    if name is None:
+        name = profile()
+        _choosing(name)
     if name == "gpu":
         return _autocast(gpu_choice().sizes)
     if name not in FIXED:
@@ -68,6 +117,7 @@ def gpu_choice() -> Choice:
         limit = parse_bytes(cap) if cap else None
     except ValueError as e:
         raise ValueError(f"LABKIT_GPU_MEMORY: {e}") from None
+    _choosing("gpu")
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     # the allocator refuses to grow past the cap, as on a card of that size; 1.0 lifts an earlier cap
     torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total) if limit else 1.0)
