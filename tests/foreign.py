@@ -1,7 +1,7 @@
 """Models the kit did not build, to hold its planners and instruments against: written here the way outside code
 writes them (nn.Dropout, nn.MultiheadAttention, F.scaled_dot_product_attention, RMSNorm, rotary embeddings,
 SwiGLU; blocks that return tuples or take keyword arguments; blocks reached through a wrapper; five blocks that
-differ), never with the kit's own layers.
+differ; MLP-Mixer's mixing along the sequence), never with the kit's own layers.
 """
 from __future__ import annotations
 
@@ -197,6 +197,47 @@ def mixed(d: int = 32, seed: int = 0) -> Stack:
     torch.manual_seed(seed)
     return Stack([LlamaBlock(d, hidden=64), MHABlock(d), LlamaBlock(d, hidden=128, p=0.0), MHABlock(d, p=0.0),
                   LlamaBlock(d, hidden=32, p=0.2)], d)
+
+
+class WideMLP(nn.Module):
+    """A pre-RMSNorm residual MLP eight times as wide as the stream, GELU between."""
+
+    def __init__(self, d: int = 32, widen: int = 8) -> None:
+        super().__init__()
+        self.norm, self.up, self.down = RMSNorm(d), nn.Linear(d, widen * d), nn.Linear(widen * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
+class SequenceMix(nn.Module):
+    """A block that mixes along the sequence, as MLP-Mixer's token mixing does: a Linear over positions."""
+
+    def __init__(self, d: int = 32, seq: int = 32) -> None:
+        super().__init__()
+        self.norm, self.mix = nn.LayerNorm(d), nn.Linear(seq, seq)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mix(self.norm(x).transpose(1, 2)).transpose(1, 2)
+
+
+class Narrow(nn.Module):
+    """A residual bottleneck a quarter as wide as the stream."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.down, self.up = nn.Linear(d, d // 4), nn.Linear(d // 4, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.up(torch.tanh(self.down(x)))
+
+
+def five(d: int = 32, seq: int = 32, seed: int = 0) -> Stack:
+    """Five blocks that differ: two LLaMA-style ones (RMSNorm, rotary, SwiGLU, nn.Dropout), a wide MLP, a block
+    mixing along the sequence (for inputs of `seq` tokens), a narrow one."""
+    torch.manual_seed(seed)
+    return Stack([LlamaBlock(d, hidden=2 * d), LlamaBlock(d, hidden=2 * d, p=0.2), WideMLP(d), SequenceMix(d, seq),
+                  Narrow(d)], d)
 
 
 def tokens(batch: int = 2, seq: int = 16, vocab: int = 50, seed: int = 1) -> torch.Tensor:

@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import foreign as F
+from test_planning import offering
 from labkit.checks.lab04.common import profiles
 from labkit.instruments.harness import compare_step, per_block
 from labkit.instruments.meter import MemoryMeter
@@ -421,7 +422,8 @@ def test_every_plan_of_three_foreign_blocks_is_predicted_to_the_byte_and_trains_
     assert any(s.stop - s.start == 3 for p in plans for s in p)
     for plan in plans:
         work = copy.deepcopy(model)
-        assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) == peak_of(plan, profile), plan
+        assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) == \
+            peak_of(plan, offering(profile, plan)), plan
     for plan, runs in (([Step(0, 3, "recompute")], [2, 2, 2]),
                        ([Step(0, 2, "recompute"), Step(2, 3, "keep")], [2, 2, 1])):
         work = copy.deepcopy(model)
@@ -450,7 +452,8 @@ def _predicted_and_measured(model: nn.Module, x: torch.Tensor) -> dict[str, tupl
     out = {}
     for name in ("none", "full", "sqrt_n", "selective"):
         plan, work = scheme_plan(name, len(model.blocks)), copy.deepcopy(model)
-        out[name] = peak_of(plan, profile), measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan)
+        out[name] = peak_of(plan, offering(profile, plan)), measure_step(work, torch.optim.Adam(work.parameters()), x,
+                                                                          F.loss, plan)
     return out
 
 
@@ -489,6 +492,35 @@ def test_a_block_whose_backward_allocates_nothing_is_profiled_and_predicted_to_t
     for name in ("none", "full"):
         plan, work = scheme_plan(name, 3), copy.deepcopy(model)
         assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) == peak_of(plan, profile)
+
+
+def test_five_blocks_that_differ_are_offered_no_way_that_keeps_more_than_keeping_the_block():
+    """Issue 46: with F.scaled_dot_product_attention, which saves no scores, lab 04's policy (everything outside
+    core attention kept, outputs no backward needs among them) keeps more than a plain LLaMA-style block saves.
+    Each block's selective way is predicted to the byte of the step it runs in, and one that keeps more than
+    keeping the block is never offered; a block the kit cannot price says why."""
+    model, x = F.five(), F.tokens(4, 32)
+    profile = profile_model(model, x, F.loss, repeats=1)
+    llamas = [i for i, m in enumerate(model.blocks) if isinstance(m, F.LlamaBlock)]
+    assert len(llamas) == 2 and len(profile.blocks) == 5
+    for i, b in enumerate(profile.blocks):
+        assert all(o.kept <= b.act for o in b.ways().values()), (i, b)
+        if i not in llamas:
+            assert "no attn.core" in b.not_offered()["selective"] and not b.options, (i, b)
+    losing = []
+    for i in llamas:
+        b, sel = profile.blocks[i], profile.blocks[i].options["selective"]
+        plan = [Step(j, j + 1, "selective" if j == i else "keep") for j in range(5)]
+        work = copy.deepcopy(model)
+        assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) == \
+            peak_of(plan, offering(profile, plan)), i
+        if sel.kept > b.act:
+            losing.append(i)
+            assert "selective" not in b.ways() and f"{sel.kept:,} B, more than keeping the block" in \
+                b.not_offered()["selective"], (i, b)
+            with pytest.raises(ValueError, match=f"not selective: it would keep {sel.kept:,} B"):
+                peak_of(plan, profile)
+    assert losing == llamas  # here both lose: the test holds what it says
 
 
 def test_the_profile_keeps_nothing_of_the_working_copy_alive():

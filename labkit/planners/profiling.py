@@ -42,7 +42,9 @@ def profile_model(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], to
     (``policy_of``, ``kept_bytes``); while its backward runs it holds act and what PyTorch's selective
     checkpoint has alive beyond a plain backward (the meter, on the block alone); costs what a forward and
     backward of the block take longer under that checkpoint than plainly (alternating runs: the recomputation
-    and the policy's bookkeeping). offload (CUDA only): keeps its input's bytes on the device (a selective block
+    and the policy's bookkeeping); offered (BlockCosts.ways) only where it keeps no more than act, which with
+    attention that saves no scores (F.scaled_dot_product_attention) it can exceed; a block without `attn.core`, or
+    called with more than its hidden state, has none and says why (BlockCosts.not_offered). offload (CUDA only): keeps its input's bytes on the device (a selective block
     before it keeps its output there), holds act and what it stages, costs a round trip of act at the measured
     device-host speed. beside, base and floor: the meter's timeline of a steady step (``_moments``), its peak
     while each block's backward runs less the blocks' activations alive then (or, where more, that less its
@@ -93,7 +95,8 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
         options: dict[str, Option] = {}
         h, run = call.h, call.bind(block)  # run: the block as a function of its hidden state
         core = getattr(getattr(block, "attn", None), "core", None)
-        if isinstance(core, nn.Module) and run is block:  # lab 04's trace runs a block on its input alone
+        unknown = _selective_unknown(core, run is block, timed)
+        if not unknown:
             ops = traced(block, h)
             keep = policy_of(ops, block, "profile_model")  # as `applied` traces it (lab 04's rule checked)
             kept = nbytes(h) + kept_bytes(ops, keep)  # what the policy caches, beyond what a plain block saves too
@@ -106,7 +109,7 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
             t = a * per_byte if timed is None else timed.options[OFFLOAD].seconds
             options[OFFLOAD] = Option(nbytes(h), a + _extra_held(block, h, offloaded, run), t)
         fwd = forward_seconds(run, (h,), repeats) if timed is None else timed.fwd
-        costs.append(BlockCosts(a, nbytes(h), fwd, options))
+        costs.append(BlockCosts(a, nbytes(h), fwd, options, unknown=unknown))
     # beside each block's backward, and beside everything kept at the top: the measured peaks less the blocks'
     # activations alive then (plainly, block i's backward runs while blocks 0..i keep theirs; rebuilt under full
     # recomputation, while blocks 0..i-1 keep their inputs and block i has its act again). The larger of the two:
@@ -115,6 +118,21 @@ def _profile(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
               for i, (w, r) in enumerate(zip(windows, rebuilds))]
     costs = [dataclasses.replace(c, beside=b) for c, b in zip(costs, beside)]
     return Profile(tuple(costs), max(0, top - sum(act)), fixed, t_step)
+
+
+def _selective_unknown(core: Any, alone: bool, timed: BlockCosts | None) -> dict[str, str]:
+    """Why the selective way of a block cannot be priced ({} where it can): lab 04's policy recomputes
+    `attn.core` and its trace runs the block on its hidden state alone; with seconds_from, that profile must
+    have timed it."""
+    if not isinstance(core, nn.Module):
+        return {SELECTIVE: "the block has no attn.core module, so the kit cannot tell its core attention (what "
+                           "lab 04's policy recomputes) from the rest"}
+    if not alone:
+        return {SELECTIVE: "the block is called with arguments besides its hidden state; lab 04's trace runs a "
+                           "block on its hidden state alone"}
+    if timed is not None and SELECTIVE not in timed.options:
+        return {SELECTIVE: "seconds_from did not time it for this block"}
+    return {}
 
 
 def _moments(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,

@@ -4,7 +4,9 @@ A *profile* says, for each block of a model, what running it each way costs: byt
 until its backward, bytes alive while its backward runs, and the seconds it adds to a step. The ways:
 
 - ``keep``: run plainly; it keeps everything it saves (``act``, its input included);
-- ``selective``: core attention recomputed (lab 04's policy, PyTorch's selective checkpoint API);
+- ``selective``: core attention recomputed (lab 04's policy, PyTorch's selective checkpoint API), offered only
+  where it keeps no more than keep (with attention that saves no scores, as F.scaled_dot_product_attention,
+  it can keep more);
 - ``offload``: on a GPU, saved tensors moved to pinned host memory in forward and back in backward (its input
   counted as kept on the device all the same: a selective block before it keeps that tensor);
 - ``recompute``: a *segment* of blocks [start, stop) under one checkpoint (lab 02's ``checkpoint_hooks``): it
@@ -78,6 +80,7 @@ class BlockCosts:
     fwd: float  # seconds of its forward recording a graph: what recomputing it costs
     options: Mapping[str, Option] = field(default_factory=dict)  # its single-block ways besides keep
     beside: int = 0  # bytes alive beside the blocks' activations while its backward runs (see the module's doc)
+    unknown: Mapping[str, str] = field(default_factory=dict)  # ways the profile could not price, and why
 
     def __post_init__(self) -> None:
         _check_bytes(self.act, "BlockCosts: act")
@@ -88,10 +91,23 @@ class BlockCosts:
             if name in (KEEP, RECOMPUTE) or not isinstance(o, Option):
                 raise ValueError(f"BlockCosts: options[{name!r}] must be an Option named other than "
                                  f"{KEEP!r} and {RECOMPUTE!r} (those two every block has)")
+        for name, why in self.unknown.items():
+            if name in (KEEP, RECOMPUTE, *self.options) or not isinstance(why, str):
+                raise ValueError(f"BlockCosts: unknown[{name!r}]={why!r} must say why a way it has no Option for "
+                                 f"is not priced (a string), named other than {KEEP!r} and {RECOMPUTE!r}")
 
     def ways(self) -> dict[str, Option]:
-        """Every single-block way, keep first."""
-        return {KEEP: Option(self.act, self.act, 0.0), **self.options}
+        """Every single-block way offered, keep first: a way that keeps more than keeping the block never is
+        (it would lose to keep on bytes and on seconds alike; ``not_offered`` says why)."""
+        return {KEEP: Option(self.act, self.act, 0.0),
+                **{name: o for name, o in self.options.items() if o.kept <= self.act}}
+
+    def not_offered(self) -> dict[str, str]:
+        """Each way the block has not offered, and why: the profile could not price it, or it keeps more than
+        keeping the block."""
+        losing = {name: f"it would keep {o.kept:,} B, more than keeping the block ({self.act:,} B)"
+                  for name, o in self.options.items() if o.kept > self.act}
+        return {**self.unknown, **losing}
 
 
 @dataclass(frozen=True)
@@ -135,8 +151,9 @@ def check_plan(plan: object, profile: Profile) -> list[Step]:
             raise ValueError(f"plan: {s} does not continue at block {at} (the steps must cover blocks 0..{n} in "
                              "order, each non-empty)")
         if s.how != RECOMPUTE and (s.stop != s.start + 1 or s.how not in profile.blocks[s.start].ways()):
+            why = "".join(f"; not {name}: {reason}" for name, reason in profile.blocks[s.start].not_offered().items())
             raise ValueError(f"plan: {s}: {s.how!r} runs one block that has it; block {s.start} has "
-                             f"{', '.join([*profile.blocks[s.start].ways(), RECOMPUTE])}")
+                             f"{', '.join([*profile.blocks[s.start].ways(), RECOMPUTE])}{why}")
         at = s.stop
     if at != n:
         raise ValueError(f"plan: the steps stop at block {at}, not at the last block's end ({n})")
