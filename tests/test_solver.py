@@ -34,9 +34,9 @@ def test_the_partitioners_candidates_become_op_records_in_graph_order():
 
 
 def test_the_solver_returns_what_the_planner_keeps_and_refuses_what_it_invents(monkeypatch):
-    import torch._functorch.partitioners as P
+    import labkit.planners.solver as S
 
-    monkeypatch.setattr(P, "estimate_runtime", lambda node: 100.0 if node.name == "mm_default" else 1.0)
+    monkeypatch.setattr(S, "flop_price", lambda node: 100.0 if node.name == "mm_default" else 1.0)
     nodes, g = _graph()
     seen = []
     solver = planner_solver(lambda ops, budget: seen.append((ops, budget)) or knapsack_keep(ops, budget), "mine")
@@ -46,16 +46,35 @@ def test_the_solver_returns_what_the_planner_keeps_and_refuses_what_it_invents(m
     bad = planner_solver(lambda ops, budget: {"9:nothing"}, "bad")
     with pytest.raises(ValueError, match=r"kept \['9:nothing'\], which are not among the partitioner's"):
         bad([0.25, 0.5, 0.125], g, 0.5, None, nodes)
+    assert solver.uuid() is None  # torch caches nothing this solver partitioned (see its docstring)
 
 
-def test_the_solvers_cache_key_is_its_code_not_its_name():
-    def a(ops, budget):
-        return set()
+def test_prices_are_the_flops_estimators_even_where_torch_calls_the_solver():
+    """torch calls a custom solver under no_dispatch(), where estimate_runtime's FlopCounterMode counts nothing
+    (every node would cost 1): flop_price reads the same formulas from the node's shapes."""
+    from torch._functorch.partitioners import estimate_runtime
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils._mode_utils import no_dispatch
+    from labkit.planners.solver import flop_price
 
-    def b(ops, budget):
-        return {ops[0].key}
-    assert planner_solver(a, "x").uuid() == planner_solver(a, "y").uuid()
-    assert planner_solver(a, "x").uuid() != planner_solver(b, "x").uuid()
+    def f(a, b):
+        return torch.relu(torch.mm(a, b)) @ b
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(8, 16), torch.randn(16, 16))
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    want = [estimate_runtime(n) for n in nodes]
+    assert max(want) == 2 * 8 * 16 * 16  # an mm's FLOPs, counted outside no_dispatch
+    with no_dispatch():
+        assert [estimate_runtime(n) for n in nodes] == [1] * len(nodes)  # torch's own estimate, where it calls us
+        assert [flop_price(n) for n in nodes] == want
+
+
+def test_inside_a_real_compile_the_planner_sees_flop_prices():
+    model, x = lk.bench.long_stack(lk.sizes("tiny"))
+    seen = []
+    keep = lambda ops, budget: seen.extend(ops) or knapsack_keep(ops, budget)  # noqa: E731
+    solver_rows(model, x, keep, budgets=(0.2,), solvers=("planner",), repeats=1)
+    assert seen and max(r.seconds for r in seen) > 1  # priced by FLOPs, not all at the floor of 1
 
 
 def test_the_planner_runs_inside_torch_compile_and_its_plan_is_measured():

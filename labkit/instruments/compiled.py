@@ -12,6 +12,7 @@ every ``Compiled`` counts the compiled graphs it ran, and ``check_ran`` refuses 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -27,9 +28,26 @@ __all__ = ["Compiled", "recompile_limits"]
 _SHARING: dict[Any, int] = {}
 
 
+def _release(code: Any) -> None:
+    """One Compiled of `code` less."""
+    if _SHARING.get(code, 0) > 1:
+        _SHARING[code] -= 1
+    else:
+        _SHARING.pop(code, None)
+
+
 def _code(fn: Callable[..., Any]) -> Any:
     """The code object dynamo keys its cache on: a bound method's function's."""
     return getattr(getattr(fn, "__func__", fn), "__code__", fn)
+
+
+def _custom_solver(solver: Any) -> bool:
+    """solver is a CustomKnapsackSolver (torch 2.13; the only other kind torch's partitioner takes)."""
+    try:
+        from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+    except ImportError:
+        return False
+    return isinstance(solver, CustomKnapsackSolver)
 
 
 def recompile_limits(fn: Callable[..., Any]) -> tuple[int, int]:
@@ -49,7 +67,7 @@ class Compiled:
                  solver: Any = "dp") -> None:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 <= budget <= 1:
             raise ValueError(f"Compiled: budget={budget!r} must be a number from 0 to 1")
-        if not (solver in ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg") or callable(solver)):
+        if not (solver in ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg") or _custom_solver(solver)):
             raise ValueError(f"Compiled: solver={solver!r}; allowed: dp, greedy, ilp, dp_knapsack_sliding_hirschberg "
                              "or a CustomKnapsackSolver (labkit.planners.solver.planner_solver)")
         if backend not in ("aot_eager_decomp_partition", "inductor"):
@@ -58,6 +76,7 @@ class Compiled:
         # (labkit.planners.solver.planner_solver)
         self.budget, self.backend, self.graphs_run, self.fn, self.solver = float(budget), backend, 0, fn, solver
         _SHARING[_code(fn)] = _SHARING.get(_code(fn), 0) + 1
+        weakref.finalize(self, _release, _code(fn))  # a Compiled collected no longer raises the limits
         # fullgraph: a graph break would run the code between graphs eagerly, outside every meter (unseen)
         self._compiled = torch.compile(fn, backend=self._backend, dynamic=False, fullgraph=True)
 

@@ -6,16 +6,17 @@ Below activation_memory_budget 1, AOTAutograd's partitioner (torch/_functorch/pa
 only the inputs and its default choice, and the budget in the same unit. ``activation_memory_budget_solver``
 names the solver: "dp", "greedy", "ilp", or, from torch 2.13, an instance of
 ``torch._inductor.custom_graph_pass.CustomKnapsackSolver``, which is what ``planner_solver`` makes. A custom solver
-is given no runtimes: it prices each node itself, here as the built-in solvers are priced
-(``partitioners.estimate_runtime``: FLOPs by default), so that a difference between solvers is the search's,
-not the price's. The nodes become lab 04's OpRecords in graph order (its random-op rule reads order) and the
+is given no runtimes: it prices each node itself, here as the built-in solvers are priced by default (the
+"flops" estimator: torch.utils.flop_counter's count, at least 1), so that a difference between solvers is the
+search's, not the price's. Not by calling ``partitioners.estimate_runtime``: torch calls a custom solver under
+``no_dispatch()``, where its FlopCounterMode counts nothing and every node would cost 1; ``flop_price`` reads
+the same formulas from the node's shapes without running the op. The nodes become lab 04's OpRecords in graph order (its random-op rule reads order) and the
 planner's keep set comes back as the indices to save and to recompute.
 """
 from __future__ import annotations
 
 import functools
-import hashlib
-import inspect
+import math
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -44,9 +45,37 @@ def _random(node: Any) -> bool:
     return torch.Tag.nondeterministic_seeded in tags
 
 
+def flop_price(node: Any) -> float:
+    """The "flops" estimator's price of a graph node, from its recorded shapes (node.meta["val"]): the FLOPs
+    torch.utils.flop_counter counts for its op, at least 1 (as partitioners.estimate_runtime returns)."""
+    from torch.utils._pytree import tree_map
+    from torch.utils.flop_counter import flop_registry
+
+    packet = getattr(node.target, "overloadpacket", None)
+    if packet not in flop_registry:
+        return 1.0
+    val = lambda a: a.meta["val"] if isinstance(a, torch.fx.Node) else a  # noqa: E731
+    args, kwargs = tree_map(val, (node.args, node.kwargs))
+    return float(max(int(flop_registry[packet](*args, **kwargs, out_val=node.meta["val"])), 1))
+
+
+def _price() -> Callable[[Any], float]:
+    """The price of the partitioner's runtime estimator in force; one this solver cannot reproduce is refused."""
+    import torch._functorch.config as functorch_config
+
+    mode = functorch_config.activation_memory_budget_runtime_estimator
+    if mode == "flops":
+        return flop_price
+    if mode == "testing":
+        return lambda node: 1.0
+    raise ValueError(f"planner_solver: activation_memory_budget_runtime_estimator={mode!r}; this solver prices "
+                     "as 'flops' (the default) or 'testing' do, and would price otherwise than the built-in solvers")
+
+
 def node_records(memory: Sequence[float], nodes: Sequence[Any], price: Callable[[Any], float]) -> list[OpRecord]:
     """The partitioner's candidates as lab 04's OpRecords, in graph order: key "i:name" (i: the node's index in
-    the solver's lists), bytes the normalised memory x SCALE (at least 1), seconds price(node)."""
+    the solver's lists), bytes the normalised memory x SCALE rounded up (a kept set never exceeds the budget
+    the partitioner gave), seconds price(node)."""
     if len(memory) != len(nodes):
         raise ValueError(f"node_records: {len(memory)} memory figures for {len(nodes)} nodes")
     order = {n: k for k, n in enumerate(nodes[0].graph.nodes)} if nodes else {}
@@ -55,7 +84,7 @@ def node_records(memory: Sequence[float], nodes: Sequence[Any], price: Callable[
         node = nodes[i]
         op = getattr(node.target, "__name__", str(node.target))
         records.append(OpRecord(key=f"{i}:{node.name}", op=op, module="", flops=0, bytes_moved=0,
-                                output_bytes=max(1, round(memory[i] * SCALE)), elements=0, is_view=False,
+                                output_bytes=max(1, math.ceil(memory[i] * SCALE)), elements=0, is_view=False,
                                 in_place=False, random=_random(node), seconds=float(price(node))))
     return records
 
@@ -74,21 +103,20 @@ def _solver_type() -> type:
 
         def __call__(self, memory: list[float], joint_graph: Any, max_memory: float, node_info: Any,
                      nodes: list[Any]) -> tuple[list[int], list[int]]:
-            from torch._functorch.partitioners import estimate_runtime
-
             self.calls += 1
-            ops = node_records(memory, nodes, estimate_runtime)
+            ops = node_records(memory, nodes, _price())
             keep = set(self.keep(ops, int(max(0.0, max_memory) * SCALE)))
             unknown = keep - {r.key for r in ops}
             if unknown:
                 raise ValueError(f"PlannerSolver({self.name}): the planner kept {sorted(unknown)[:3]}, which are "
                                  "not among the partitioner's candidates")
-            saved = [i for i in range(len(nodes)) if f"{i}:{nodes[i].name}" in keep]
-            return saved, [i for i in range(len(nodes)) if i not in saved]
+            saved = {i for i in range(len(nodes)) if f"{i}:{nodes[i].name}" in keep}
+            return sorted(saved), [i for i in range(len(nodes)) if i not in saved]
 
-        def uuid(self) -> str:
-            """A cache key of what the solver computes: the planner's code, not its name."""
-            return _code_digest(self.keep)
+        def uuid(self) -> None:
+            """None: torch caches no graph partitioned by this solver. What it computes depends on the planner,
+            every helper it calls and this module's pricing; a key of less would serve stale partitions."""
+            return None
 
         def __repr__(self) -> str:
             return f"PlannerSolver({self.name})"
@@ -103,13 +131,3 @@ def planner_solver(keep: Keep, name: str = "planner") -> Any:
         raise ValueError(f"planner_solver: torch {torch.__version__} takes no custom knapsack solver "
                          "(torch._inductor.custom_graph_pass.CustomKnapsackSolver is from 2.13)")
     return _solver_type()(keep, name)
-
-
-def _code_digest(fn: Callable[..., Any]) -> str:
-    """sha256 of fn's source (else its bytecode and constants) and SCALE."""
-    try:
-        text = inspect.getsource(fn)
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        text = repr((code.co_code, code.co_consts)) if code is not None else repr(fn)
-    return hashlib.sha256(f"{SCALE}\n{text}".encode()).hexdigest()
