@@ -67,7 +67,7 @@ def test_every_benchmark_keeps_its_json_keys():
 def test_gpu_check_finds_the_spec_sheet_of_the_card_it_runs_on(name, card):
     from labkit.instruments.roofline import GPU_SPECS
 
-    assert gpucheck.spec_for(name) is (GPU_SPECS[card] if card else None)
+    assert gpurows.spec_for(name) is (GPU_SPECS[card] if card else None)
 
 
 def test_gpu_check_sets_the_measured_ceilings_and_host_link_against_the_datasheet(monkeypatch):

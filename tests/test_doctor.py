@@ -29,9 +29,11 @@ def test_every_gpu_torch_has_its_passing_record():
     """The record GPU_TORCH names ran every lab under that torch; each of its rows passed there, or in a rerun of
     that row the same day (`gpu-check --only ROW`: the record's name with -2, -3, ...), the latest run deciding."""
     root = Path(dr.__file__).resolve().parents[2]
+    assert dr.GPU_TORCH  # the floor below CI's torch stands on these records
     for release, where in dr.GPU_TORCH.items():
         path = root / re.search(r"\((docs/gpu/[^)]+)\.json\)", where)[1]
-        runs = [path.parent / f"{path.name}.json"] + sorted(path.parent.glob(f"{path.name}-[0-9]*.json"))
+        reruns = sorted(path.parent.glob(f"{path.name}-[0-9]*.json"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+        runs = [path.parent / f"{path.name}.json", *reruns]  # in the order they ran: -2 before -10
         latest = {}
         for run in map(json.loads, (p.read_text() for p in runs)):
             assert tuple(int(v) for v in run["torch"].split(".")[:2]) == release

@@ -101,8 +101,9 @@ def _writer(tmp: Path) -> str:
         from labkit.course.gpurows import Row
 
         def command(key, out):
-            if key == "slow":
-                return [sys.executable, "-c", "import time; time.sleep(120)"]
+            if key == "slow":  # says where it is, then sleeps: the row a signal catches
+                pid = {str(tmp / 'slow.pid')!r}
+                return [sys.executable, "-c", f"import os, time; open({{pid!r}}, 'w').write(str(os.getpid())); time.sleep(120)"]
             row = json.dumps({{"name": key, "value": "measured", "bar": "-", "ok": True}})
             return [sys.executable, "-c", f"open({{str(out)!r}}, 'w').write({{row!r}})"]
 
@@ -112,21 +113,32 @@ def _writer(tmp: Path) -> str:
     """)
 
 
-def test_a_killed_gpu_check_keeps_the_rows_it_measured(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_killed_gpu_check_keeps_the_rows_it_measured_and_ends_the_running_one(tmp_path, sig):
+    import psutil
+
     proc = subprocess.Popen([sys.executable, "-c", _writer(tmp_path)], cwd=Path(__file__).resolve().parents[1])
-    lines = tmp_path / "run.jsonl"  # Run's path is tmp/run: the lines and the summary are run.jsonl and run.json
+    lines, pid = tmp_path / "run.jsonl", tmp_path / "slow.pid"  # Run's path is tmp/run: run.jsonl and run.json
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not lines.exists() or '"fast"' not in lines.read_text()):
+    while time.monotonic() < deadline and not (pid.exists() and pid.read_text()):
         time.sleep(0.2)
-    time.sleep(1.0)  # the slow row's process has started
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    slow = psutil.Process(int(pid.read_text()))  # the row's process, in a session of its own
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == 128 + sig
+    assert not _running(slow)  # ended with the run, not left behind (a lab's kernel would hold the GPU)
     rows = [json.loads(line) for line in lines.read_text().splitlines()]
     assert rows[0] == {"header": {"device": "fake"}}
     assert [(r["name"], r["ok"]) for r in rows[1:]] == [("fast", True), ("slow", False)]
-    assert "interrupted" in rows[2]["value"]
+    assert f"interrupted ({sig.name})" in rows[2]["value"]
     summary = json.loads((tmp_path / "run.json").read_text())
     assert [r["name"] for r in summary["rows"]] == ["fast", "slow"] and summary["ok"] is False
+
+
+def _running(p) -> bool:
+    try:
+        return p.is_running() and p.status() != "zombie"
+    except Exception:  # noqa: BLE001 - gone
+        return False
 
 
 def test_a_row_past_its_limit_is_cut_and_the_run_goes_on(tmp_path):
@@ -148,7 +160,25 @@ def test_the_doctor_shows_allocated_against_reserved():
     from labkit.env.doctor import check_allocator
 
     assert check_allocator(None).ok
-    ok = check_allocator((2**30, 2**31, "expandable_segments:True"))
+    ok = check_allocator((2**30, 2**31, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
     assert ok.ok and "1.00 GiB allocated, 2.00 GiB reserved" in ok.detail
     bare = check_allocator((2**30, 5 * 2**30, None))
     assert not bare.ok and bare.severity == "warning" and "expandable_segments:True" in bare.fix
+    late = check_allocator((0, 0, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set after CUDA started: "
+                                  "not in force)"))
+    assert not late.ok and "not in force" in late.detail
+    assert check_allocator((2**30, 5 * 2**30, None), platform="win32").ok  # no expandable segments there
+
+
+@pytest.mark.parametrize("theirs", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"])
+def test_the_kit_never_sets_the_allocator_over_a_students_setting(theirs):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+                                                          "PYTORCH_HIP_ALLOC_CONF")}
+    code = "import os, labkit.env; print(os.environ.get('PYTORCH_CUDA_ALLOC_CONF'))"
+    run = lambda extra: subprocess.run([sys.executable, "-c", code], env={**env, **extra},  # noqa: E731
+                                       capture_output=True, text=True, check=True).stdout.strip()
+    assert run({}) == ("expandable_segments:True" if sys.platform == "linux" else "None")
+    assert run({theirs: "backend:cudaMallocAsync"}) == ("backend:cudaMallocAsync" if theirs ==
+                                                        "PYTORCH_CUDA_ALLOC_CONF" else "None")

@@ -391,9 +391,12 @@ _ORDER_KEYS = dict.fromkeys(("losses_bitwise_equal", "grads_bitwise_equal", "per
 
 
 def attempt(run: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """run(*args, **kwargs) with "error": None added, or {"error": why} when a rank failed or hung: a lab cell
-    prints why, and the cells that read its figures say they are skipped instead of raising NameError."""
+    """run(*args, **kwargs) with "error": None added, or {"error": why} when it failed (a rank that failed or hung,
+    a launch that could not start): a lab cell prints why, and the cells that read its figures say they are
+    skipped instead of raising NameError."""
     try:
         return {"error": None, **run(*args, **kwargs)}
     except RankError as e:
         return {"error": str(e)}
+    except Exception as e:  # noqa: BLE001 - e.g. spawn unable to pickle the work: said, never a figure
+        return {"error": f"{type(e).__name__}: {e}"}

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from labkit.course.gpurows import DEFAULT, ROWS, Row, spec_for  # noqa: F401  (spec_for: the tests' and notes')
+from labkit.course.gpurows import DEFAULT, ROWS, Row
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "docs" / "gpu"
@@ -39,11 +39,18 @@ def stem(device: str, memory: str, torch_version: str, today: str, folder: Path)
     """docs/gpu/<card>-<memory>-torch<version>-<date>[-n]: a second run on a day never overwrites the first."""
     import re
 
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    base = f"{slug}-{memory.lower()}-torch{torch_version.split('+')[0]}-{today}"
+    slug = lambda text: re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")  # noqa: E731
+    base = f"{slug(device)}-{slug(memory)}-torch{torch_version.split('+')[0]}-{today}"
     folder.mkdir(parents=True, exist_ok=True)
-    return next(p for n in range(1, 1000) if not (p := folder / (base + (f"-{n}" if n > 1 else ""))).exists()
-                and not _with(p, ".json").exists() and not _with(p, ".jsonl").exists())
+    n = 1
+    while _with(folder / _numbered(base, n), ".json").exists() or _with(folder / _numbered(base, n), ".jsonl").exists():
+        n += 1
+    return folder / _numbered(base, n)
+
+
+def _numbered(base: str, n: int) -> str:
+    """The n-th run of a day: base, base-2, base-3, ..."""
+    return base if n == 1 else f"{base}-{n}"
 
 
 def _with(path: Path, suffix: str) -> Path:
@@ -80,14 +87,19 @@ class Run:
         if left < 10:
             return Row(key, f"not run: out of time ({max(0, left):.0f} s of the run's limit left)", "runs", False)
         allowed = min(limit, left)
+        which = "its time limit" if allowed == limit else "the run's time left"
+        out.unlink(missing_ok=True)  # a row is what this child wrote, never an earlier one's
         start = time.monotonic()
         proc = self.child = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
         try:
             proc.wait(timeout=allowed)
         except subprocess.TimeoutExpired:
             end_tree(proc)
-            return Row(key, f"cut at its time limit, {allowed:.0f} s", "finishes in its limit", False,
+            return Row(key, f"cut at {which}, {allowed:.0f} s", "finishes in its limit", False,
                        seconds=round(time.monotonic() - start, 1))
+        except BaseException:  # Ctrl-C, or anything else: its own session would outlive this process
+            end_tree(proc)
+            raise
         finally:
             self.child = None
         if not out.exists() or not out.read_text():
@@ -97,12 +109,12 @@ class Run:
         found["seconds"] = round(time.monotonic() - start, 1)  # the process's start included
         return Row(**found)
 
-    def interrupted(self, key: str | None) -> None:
-        """SIGTERM: end the running row's processes, record it, write the summary."""
+    def interrupted(self, key: str | None, why: str = "SIGTERM") -> None:
+        """A signal: end the running row's processes, record it, write the summary."""
         if self.child is not None:
             end_tree(self.child)
         if key is not None:
-            self.add(Row(key, "interrupted (SIGTERM) while running", "runs", False))
+            self.add(Row(key, f"interrupted ({why}) while running", "runs", False, key=key))
         self.finish()
 
     def finish(self) -> Path:
@@ -164,24 +176,32 @@ def print_table(rows: Sequence[Row], seconds: float) -> None:
 def run_rows(keys: Sequence[str], run: Run, command=row_command, limits: dict[str, float] | None = None) -> None:
     """Measure each row of `keys` in its own process, in order; SIGTERM handled (see Run.interrupted)."""
     current: list[str | None] = [None]
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a lease ending, Ctrl-C, a closed terminal
 
-    def on_term(signum: int, frame: Any) -> None:
-        run.interrupted(current[0])
+    def on_signal(signum: int, frame: Any) -> None:
+        for sig in signals:  # a second signal must not re-enter while the first writes the record
+            signal.signal(sig, signal.SIG_IGN)
+        run.interrupted(current[0], signal.Signals(signum).name)
         sys.exit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
     try:
         with tempfile.TemporaryDirectory(prefix="gpucheck-") as tmp:
-            for key in keys:
+            for n, key in enumerate(keys):
                 current[0] = key
-                out = Path(tmp) / f"{key}.json"
+                out = Path(tmp) / f"{n}-{key}.json"
                 limit = (limits or {}).get(key, ROWS[key][1] if key in ROWS else 60)
                 row = run.measure(key, command(key, out), out, limit)
-                row.key = key
+                row.key, current[0] = key, None  # measured: a signal from here on interrupts no row
                 run.add(row)
-                current[0] = None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _in_child(code: str) -> str:
+    """What `code` prints, run by this Python in a process of its own (its stderr passed through)."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
 
 
 def main(memory: str | None = None, seconds: float = 480, only: Sequence[str] = ()) -> int:
@@ -195,17 +215,20 @@ def main(memory: str | None = None, seconds: float = 480, only: Sequence[str] = 
     if unknown:
         print(f"labkit gpu-check: unknown row(s) {', '.join(unknown)}; choose among {', '.join(ROWS)}", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
+    if len(set(only)) != len(only):
+        print(f"labkit gpu-check: --only names a row twice: {' '.join(only)}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():  # asks the driver; creates no CUDA context
         print("labkit gpu-check: torch sees no CUDA device; nothing to run here (the CPU suite is `make test`).")
         return 0
     memory = memory or os.environ.get("LABKIT_GPU_MEMORY") or "16GiB"
     os.environ.update(LABKIT_GPU_MEMORY=memory, LABKIT_PROFILE="gpu")  # the rows, the pytest and the lab kernels
-    device, today = torch.cuda.get_device_name(), datetime.date.today().isoformat()
+    # the device's name and the doctor from a child: a CUDA context in this process would sit beside every row's
+    device = _in_child("import torch; print(torch.cuda.get_device_name())").strip() or "unknown GPU"
+    today = datetime.date.today().isoformat()
     print(f"labkit gpu-check on {device} with torch {torch.__version__}, sized as on a card with {memory} free; "
           f"{seconds:.0f} s in all", flush=True)
-    from labkit.env.doctor import doctor
-
-    doctor()
+    print(_in_child("from labkit.env.doctor import doctor; doctor()"), flush=True)
     header = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda, "date": today,
               "memory": memory, "rows_asked": list(only or DEFAULT), "seconds_allowed": seconds}
     run = Run(stem(device, memory, torch.__version__, today, FOLDER), header, time.monotonic() + seconds)

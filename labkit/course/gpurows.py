@@ -20,7 +20,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 # Reserved bytes a lab may reach, over its predicted allocated peak. With expandable segments (labkit.env sets
 # them) the caching allocator maps pages as needed instead of keeping whole segments: on an H200 at 16 GiB every
-# lab reserved at most 1.30x what it allocated (lab 04) and at most 0.99x its predicted allocated peak
+# lab reserved at most 1.30x what it allocated (lab 04) and at most 1.001x its predicted allocated peak (lab 01)
 # (docs/gpu/nvidia-h200-16gib-torch2.11.0-2026-12-04.json); without them lab 02 had reserved 5x.
 RESERVE_FACTOR = 1.3
 
@@ -215,13 +215,16 @@ def _run_lab(number: str) -> tuple[dict[str, Any], float]:
 
 
 def _plan_ok(f: dict) -> bool:
-    return (f["measured_peak"] <= f["budget_bytes"] and not f["fits"]["none"]
+    """The plan fits as predicted, and no foreign model failed (foreign_figures makes a failure a row)."""
+    foreign = f.get("foreign")
+    failed = isinstance(foreign, dict) and any("error" in row for row in foreign.values())
+    return (f["measured_peak"] <= f["budget_bytes"] and not f["fits"]["none"] and not failed
             and abs(f["predicted_peak"] - f["measured_peak"]) <= 0.25 * f["measured_peak"])
 
 
 def _roofline_ok(f: dict) -> bool:
-    """Every op priced was held to the bar, at least one, and none beat its bound by 2x."""
-    return f["ops_checked"] > 0 and f["worst_ratio"] <= 2 and f["ops_checked"] == len(f["ops"])
+    """The bench's own bar held, over at least one op (bar_holds is false when it checked none)."""
+    return f["bar_holds"] and f["ops_checked"] > 0
 
 
 # key -> (how to measure it, its time limit in seconds), in order of importance: a run cut short loses the last.

@@ -360,32 +360,39 @@ def check_gpu_share(state: Any = FROM_SYSTEM) -> Check:
 
 
 def _allocator_state() -> tuple[int, int, str | None] | None:
-    """(allocated, reserved) bytes of this process's CUDA caching allocator and PYTORCH_CUDA_ALLOC_CONF; None
-    without CUDA."""
+    """(allocated, reserved) bytes of this process's CUDA caching allocator and its settings in force ("name=value"
+    of the first of labkit.env.ALLOC_CONF_VARS that is set, "... (set after CUDA started: not in force)" when
+    labkit set it too late); None without CUDA."""
     try:
         import torch
     except ImportError:
         return None
     if not torch.cuda.is_available():
         return None
-    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    from labkit import env
+
+    name = next((v for v in env.ALLOC_CONF_VARS if v in os.environ), None)
+    conf = None if name is None else f"{name}={os.environ[name]}"
+    if conf and env.CUDA_STARTED_FIRST and name == "PYTORCH_CUDA_ALLOC_CONF":
+        conf += " (set after CUDA started: not in force)"
+    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), conf
 
 
-def check_allocator(state: tuple[int, int, str | None] | None = FROM_SYSTEM) -> Check:
+def check_allocator(state: tuple[int, int, str | None] | None = FROM_SYSTEM, platform: str = sys.platform) -> Check:
     """On CUDA, this process's allocated against reserved bytes, and whether the caching allocator expands its
-    segments (without, reserved memory has been seen at 5x allocated: labkit.env sets it unless you did)."""
+    segments (without, reserved memory was seen at 5x allocated: labkit.env sets it on Linux unless you did)."""
     state = _allocator_state() if state is FROM_SYSTEM else state
     if state is None:
         return Check("allocator", True, "no CUDA: allocated is all there is")
     allocated, reserved, conf = state
     now = f"{allocated / 2**30:.2f} GiB allocated, {reserved / 2**30:.2f} GiB reserved"
-    if "expandable_segments:true" not in (conf or "").replace(" ", "").lower():
-        return Check("allocator", False, f"{now}; PYTORCH_CUDA_ALLOC_CONF={conf!r}: the caching allocator keeps "
-                     "whole segments, and reserved memory can grow to several times what is allocated",
-                     "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the first CUDA tensor (restart "
-                     "the kernel), or call torch.cuda.empty_cache() between sections on a shared GPU",
-                     severity="warning")
-    return Check("allocator", True, f"{now}; expandable segments")
+    expanding = "expandable_segments:true" in (conf or "").replace(" ", "").lower() and "not in force" not in conf
+    if expanding or platform != "linux":  # elsewhere torch supports no expandable segments: nothing to advise
+        return Check("allocator", True, f"{now}; {conf or 'the allocator as torch sets it'}")
+    return Check("allocator", False, f"{now}; {conf or 'no allocator setting'}: the caching allocator keeps whole "
+                 "segments, and reserved memory can grow to several times what is allocated",
+                 "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the first CUDA tensor (restart the "
+                 "kernel), or call torch.cuda.empty_cache() between sections on a shared GPU", severity="warning")
 
 
 # -- on a JupyterHub ------------------------------------------------------------

@@ -23,7 +23,7 @@ from labkit.models import GPTConfig, gpt_param_count, korthikanti_bytes
 
 # each lab's predicted (allocated) peak stays under this share of the memory free; the rest is the caching
 # allocator's: gpu-check holds each lab's reserved peak to RESERVE_FACTOR x the prediction (labkit.course.gpurows),
-# so a lab reserves at most 0.7 x 1.3 = 91% of what was free (measured on an H200: at most 0.99x the prediction)
+# so a lab reserves at most 0.7 x 1.3 = 91% of what was free (measured on an H200: at most 1.001x the prediction)
 FRACTION = 0.7
 FLOOR_BYTES = 4 * 2**30  # below this much free memory the GPU is too small: the cpu sizes are used
 MAX_SCALE = 4096
