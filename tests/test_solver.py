@@ -95,3 +95,18 @@ def test_a_solver_that_fails_is_a_row_and_the_peaks_order_is_judged_per_solver()
     rows += [{"solver": "ilp", "budget": b, "measured_peak": p} for b, p in ((0.2, 5), (0.8, 6))]
     rows += [{"solver": "greedy", "budget": 0.2, "error": "x"}]
     assert peak_monotone(rows) == {"dp": False, "ilp": True, "greedy": None}
+
+
+def test_compile_tags_every_node_by_the_policy_and_saves_only_what_it_must():
+    from labkit.bench.solvers import compile_tags
+    from labkit.instruments.ops import trace
+    from labkit.reference.selective import selective_keep, torch_policy
+
+    model, x = lk.bench.long_stack(lk.sizes("tiny"))
+    block = model.blocks[0]
+    keep = selective_keep(trace(block, x, model=block, repeats=1))
+    found = compile_tags(block, x, torch_policy(keep))
+    assert found["MUST_SAVE"]["tagged"] >= len(keep)  # a kept op may decompose into several tagged nodes
+    assert 0 < found["MUST_SAVE"]["saved"] <= found["MUST_SAVE"]["tagged"]
+    assert found["PREFER_RECOMPUTE"]["tagged"] > 0 and found["PREFER_RECOMPUTE"]["saved"] == 0
+    assert found["saved_inputs"] > 0  # the block's input and weights are saved without a tag

@@ -27,7 +27,7 @@ from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.timing import compare
 from labkit.models import GPTStack
 
-__all__ = ["BUDGETS", "SOLVERS", "solver_rows", "compile_solvers"]
+__all__ = ["BUDGETS", "SOLVERS", "solver_rows", "compile_solvers", "compile_tags"]
 
 BUDGETS = (0.1, 0.2, 0.4)  # on the cpu profile's stack the partitioner reaches the knapsack from 0.1 to 0.4 only
 SOLVERS = ("planner", "dp", "greedy", "ilp")
@@ -110,3 +110,54 @@ def compile_solvers(size: Sizes | None = None) -> dict[str, Any]:
     return {"solvers": rows, "plain_peak": meter.peak, "peak_monotone": peak_monotone(rows),
             "torch": torch.__version__, "config": {"s": model.cfg.seq, "b": model.cfg.batch,
                                                    "h": model.cfg.hidden, "n_layers": model.cfg.n_layers}}
+
+
+def _entered(context_fn: Callable[[], Any]) -> Any:
+    """context_fn(): under torch.compile a checkpoint's context_fn must be a function or a functools.partial."""
+    return context_fn()
+
+
+def compile_tags(block: torch.nn.Module, x: torch.Tensor, context_fn: Callable[[], Any]) -> dict[str, Any]:
+    """What torch.compile does with a selective checkpoint of `block`: the policy (context_fn, as
+    torch.utils.checkpoint takes it) tags each node of the traced joint graph (node.meta["recompute"]), and the
+    partitioner (min-cut, at activation_memory_budget 1) chooses what forward saves. Per tag: how many nodes
+    carry it and how many of those forward saved; and the saved values that are the graph's inputs (the block's
+    input, its weights) and ops that carried no tag."""
+    import functools
+    import logging
+
+    import torch.fx as fx
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch.utils.checkpoint import checkpoint
+
+    seen: dict[str, Any] = {}
+
+    def partition(joint: fx.GraphModule, inputs: Any, **kwargs: Any) -> Any:
+        fwd, bwd = min_cut_rematerialization_partition(joint, inputs, **kwargs)
+        out = next(n for n in fwd.graph.nodes if n.op == "output").args[0]
+        seen["saved"] = {a.name for a in out[kwargs["num_fwd_outputs"]:] if isinstance(a, fx.Node)}
+        seen["tags"] = {n.name: n.meta.get("recompute") for n in joint.graph.nodes if n.op == "call_function"}
+        return fwd, bwd
+
+    backend = aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=partition,
+                           decompositions=core_aten_decompositions())
+    context = functools.partial(_entered, context_fn)
+    run = torch.compile(lambda y: checkpoint(block, y, use_reentrant=False, context_fn=context), backend=backend,
+                        fullgraph=True, dynamic=False)
+    quiet = logging.getLogger("torch._higher_order_ops.wrap")  # its warning to keep in-place ops out: we have none
+    level, quiet.level = quiet.level, logging.ERROR
+    try:
+        run(x.detach().requires_grad_()).sum().backward()
+    finally:
+        quiet.setLevel(level)
+    tags, saved = seen["tags"], seen["saved"]
+    out: dict[str, Any] = {}
+    for name in sorted({str(t).removeprefix("CheckpointPolicy.") for t in tags.values() if t is not None}):
+        nodes = [n for n, t in tags.items() if str(t).removeprefix("CheckpointPolicy.") == name]
+        out[name] = {"tagged": len(nodes), "saved": sum(n in saved for n in nodes)}
+    out["saved_inputs"] = sum(n not in tags for n in saved)  # placeholders: the input, the weights
+    out["saved_untagged_ops"] = sum(n in tags and tags[n] is None for n in saved)
+    return out
