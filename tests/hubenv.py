@@ -35,6 +35,10 @@ def image_python(folder: Path) -> Path:
         target = purelib / entry.name
         if not target.exists():
             target.symlink_to(entry)
+    for sub in ("etc/jupyter", "share/jupyter"):  # server extensions enabled (nbgitpuller), lab extensions (widgets)
+        if (Path(sys.prefix) / sub).is_dir() and not (folder / sub).exists():
+            (folder / sub).parent.mkdir(parents=True, exist_ok=True)
+            (folder / sub).symlink_to(Path(sys.prefix) / sub)
     for script in ("jupyterhub-singleuser", "jupyter-lab", "jupyter"):  # the image's commands, on its Python
         module = {"jupyterhub-singleuser": "jupyterhub.singleuser", "jupyter-lab": "jupyterlab.labapp",
                   "jupyter": "jupyter_core.command"}[script]

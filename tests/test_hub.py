@@ -1,10 +1,13 @@
 """A hub that was really booted: JupyterHub on loopback, three students, the release bundle pulled into each home
-with the README's nbgitpuller link, labs 00 and 01 run side by side in Chromium (`make long-test`, CI's second
-step).
+with the nbgitpuller link of docs/instructors.md, the kit installed by the README's hub path, labs 00 and 01 run side
+by side in Chromium (`make long-test`, CI's second step).
 
-Each student logs in (a shared password), gets a single-user JupyterLab of this venv in a home of its own, opens
-the link to a local git copy of a lab 00-01 bundle, and runs both notebooks, untouched, on the `cpu` profile, as a
-student on a CPU hub would: the three kernels run at once. Every notebook must run to its end with only the stubs'
+The students' servers run a hub image's Python (tests/hubenv.py): torch and Jupyter installed, the kit not. Each
+student logs in (a shared password), gets a single-user JupyterLab of that Python in a home of its own, opens the
+link to a local git copy of a lab 00-01 bundle, installs the kit with the README's hub commands in the pulled
+bundle (as in a terminal of the hub: JupyterHub's variables set, their own HOME, so the kit goes to their
+~/.local), and runs both notebooks, untouched, on the `cpu` profile, as a student on a CPU hub would: the three
+kernels run at once. Every notebook must run to its end with only the stubs'
 errors, in a kernel that imports the bundle's labkit. Each student's peak resident memory per lab (kernel and server) is written to build/hub/memory.json and
 printed: the table the README's hub section gives an admin.
 """
@@ -18,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from hub import PROXY, Hub, Student
+import hub as hub_module
+from hub import PROXY, Hub, Student, processes
+from hubenv import image_python, run_hub_path
 from jupyter_browser import CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, problems
 from labkit.course import release
 
@@ -51,13 +56,27 @@ def _bundle(folder: Path) -> str:
     return repo.as_uri()
 
 
-def test_three_students_pull_the_bundle_and_run_labs_00_and_01_side_by_side(tmp_path):
+def _kernel_labkit(python: Path, name: str) -> str:
+    """Where `import labkit` leads in this student's running kernel, asked anew with the kernel's own Python,
+    environment and folder."""
+    (pid,) = processes(lambda env, cmd: env.get("JUPYTERHUB_USER") == name and "ipykernel" in cmd)
+    env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in kv)
+    found = subprocess.run([str(python), "-c", "import labkit; print(labkit.__file__)"], env=env,
+                           cwd=os.readlink(f"/proc/{pid}/cwd"), capture_output=True, text=True, check=True)
+    return found.stdout.strip()
+
+
+def test_three_students_pull_the_bundle_and_run_labs_00_and_01_side_by_side(tmp_path, monkeypatch):
     from playwright.sync_api import sync_playwright
 
     repo = _bundle(tmp_path)
-    # the kernels import the bundle's labkit (the answers withheld), not this repository's
+    # the students' servers and kernels run a hub image's Python, which has torch and Jupyter but not the kit; each
+    # student installs the bundle's labkit (the answers withheld) into it by the README's hub path
+    python = image_python(tmp_path / "image")
+    monkeypatch.setattr(hub_module, "CONFIG", hub_module.CONFIG +
+                        f"c.Spawner.cmd = [{str(python.with_name('jupyterhub-singleuser'))!r}]\n")
     hub = Hub.start(tmp_path, {"LABKIT_PROFILE": "cpu", "MPLBACKEND": "module://matplotlib_inline.backend_inline"},
-                    pythonpath=HANDOUT)
+                    pythonpath=f"{HANDOUT}/notebooks")  # a folder with no labkit: the kit comes from the install
     found, memory = [], {}
     try:
         with sync_playwright() as pw:
@@ -67,13 +86,18 @@ def test_three_students_pull_the_bundle_and_run_labs_00_and_01_side_by_side(tmp_
             for s in students:
                 s.log_in()
                 s.pull(repo, f"lab/tree/{HANDOUT}/notebooks/{LABS[0]}.ipynb")
+                home = tmp_path / "home" / s.name
+                done = run_hub_path(home / HANDOUT, python, home, extra={
+                    "JUPYTERHUB_USER": s.name, "JUPYTERHUB_SERVICE_PREFIX": f"/user/{s.name}/"})
+                if done.returncode != 0:
+                    found.append(f"{s.name}: the README's hub path failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
             for lab in LABS:
                 for s in students:  # all three started before any is waited for: side by side
                     s.start_run_all(f"{HANDOUT}/notebooks/{lab}.ipynb")
                 for s in students:
                     cells = s.finish()
                     found += problems(f"{s.name}: {lab}", cells, student=True)
-                    imported = s.kernel_labkit()  # the bundle's, pulled into this student's home
+                    imported = _kernel_labkit(python, s.name)  # the bundle's, pulled into this student's home
                     if not imported.startswith(f"{tmp_path}/home/{s.name}/{HANDOUT}/labkit/"):
                         found.append(f"{s.name}: {lab}: the kernel imports labkit from {imported}")
                     kernel, server = s.peaks()
@@ -91,4 +115,5 @@ def test_three_students_pull_the_bundle_and_run_labs_00_and_01_side_by_side(tmp_
     assert found == [], "\n".join(found)
     homes = [tmp_path / "home" / n / HANDOUT / "notebooks" / f"{LABS[1]}.ipynb" for n in STUDENTS]
     assert all(h.exists() for h in homes), "the link did not pull the bundle into every home"
+    assert all((tmp_path / "home" / n / ".local").is_dir() for n in STUDENTS), "the kit went to each student's home"
     assert all(m["kernel_bytes"] > 0 for rows in memory.values() for m in rows.values()), memory
