@@ -34,7 +34,8 @@ PART_CELLS = {
            "long stack": (("model, x = lk.bench.long_stack(size)", "from labkit.labs.recompute import checkpoint_h"),
                           1.5)},
     "07": {"plans' comparison": (("c = lk.bench.lab07.capstone(size", 'plans = {"planner": plan_for('), 1.5),
-           "batch search": (("batches = lk.bench.lab07.batch_rows(",), 1.5)},
+           "batch search": (("batches = lk.bench.lab07.batch_rows(",), 1.5),
+           "vocabulary": (("import dataclasses\n\nfrom labkit.bench.logits", "found = chunked_figures("), 1.5)},
 }
 
 

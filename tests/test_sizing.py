@@ -233,7 +233,7 @@ def test_the_wide_mlp_predicted_is_the_one_lab_06_builds():
 def test_a_labs_peak_is_the_largest_of_its_parts():
     parts = sizing.lab_branches(sizes("cpu"))
     assert sizing.lab_peaks(sizes("cpu")) == {lab: max(p.values()) for lab, p in parts.items()}
-    assert {lab: len(p) for lab, p in parts.items()} == {"01": 2, "02": 1, "03": 1, "04": 1, "05": 2, "06": 2, "07": 2}
+    assert {lab: len(p) for lab, p in parts.items()} == {"01": 2, "02": 1, "03": 1, "04": 1, "05": 2, "06": 2, "07": 3}
 
 
 def test_the_choice_says_the_largest_peak_and_the_memory_in_gib():
@@ -241,3 +241,12 @@ def test_the_choice_says_the_largest_peak_and_the_memory_in_gib():
     largest = max(c.labs, key=c.labs.get)
     assert f"lab {largest}'s predicted peak, {c.labs[largest] / GIB:.2f} GiB" in c.note
     assert f"is {c.labs[largest] / (16 * GIB):.0%} of the 16.0 GiB free" in c.note
+
+
+def test_lab_07s_vocabulary_part_is_on_the_cpu_only():
+    """Section 7.8 runs on the CPU on every profile (labkit.bench.logits): a GPU's prediction leaves it out."""
+    from dataclasses import replace
+
+    cpu = sizes("cpu")
+    assert sizing.lab_branches(cpu)["07"]["vocabulary"] > sizing.lab_branches(cpu)["07"]["plans' comparison"]
+    assert sizing.lab_branches(replace(cpu, device="cuda"))["07"]["vocabulary"] == 0

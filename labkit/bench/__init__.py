@@ -23,21 +23,21 @@ from labkit.bench.lab05 import roofline
 from labkit.bench.lab06 import pitfalls
 from labkit.bench.lab07 import plan
 from labkit.bench.solvers import compile_solvers
-from labkit.bench.logits import logits
+from labkit.bench import logits  # the module: lk.bench.logits.chunked_head_loss, as lab 07 names it
 from labkit.bench.fsdp import fsdp
 from labkit.bench.overhead import meter
 
 __all__ = ["BENCHMARKS", "main", "formula", "formula_configs", "meter", "recompute", "recompute_comparison",
            "recompute_config", "RecomputeResult", "segments", "schedule", "optimal", "segments_sweep", "segment_constants",
            "activation_peak", "step_time_ratio", "mlp_chain", "hetero_chain", "policies", "policy_rows", "long_config", "long_stack",
-           "roofline", "pitfalls", "plan", "fsdp", "compile_solvers", "logits"]
+           "roofline", "pitfalls", "plan", "fsdp", "compile_solvers"]
 
 BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "meter": meter, "recompute": recompute,
                                                        "segments": segments, "schedule": schedule, "optimal": optimal,
                                                        "policies": policies, "roofline": roofline,
                                                        "pitfalls": pitfalls, "plan": plan,
                                                        "fsdp": fsdp, "compile": compile_solvers,
-                                                       "logits": logits}
+                                                       "logits": logits.logits}
 
 
 def main(name: str, as_json: bool = False) -> int:

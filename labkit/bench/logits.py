@@ -24,10 +24,10 @@ from labkit.env.sizes import Sizes
 from labkit.instruments.ledger import saved_tensors
 from labkit.instruments.meter import MemoryMeter
 from labkit.models import GPTConfig, GPTStack, gpt_input
+from labkit.models.hugging_face import VOCABS
 
 __all__ = ["VOCABS", "head_loss", "chunked_head_loss", "saved_bytes", "logits"]
 
-VOCABS = {"gpt2": 50_257, "llama3": 128_256}  # the tokenizers' vocabulary sizes (their configs' vocab_size)
 
 
 def head_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -150,8 +150,22 @@ def lab_branches(size: Sizes) -> dict[str, dict[str, int]]:
         # (itself under the plain step's peak), and measured up to 5% over its prediction (the planner's error:
         # tests/test_lab_peaks.py saw 64.0 MiB against 63.6 at 1.25 on the cpu sizes), so 1.25 x 1.05 = 21/16
         "07": {"plans' comparison": _gpt_step(deep, 5) + logits,
-               "batch search": 21 * (_gpt_step(deep, 4) + logits) // 16 + _gpt_params(deep)},
+               "batch search": 21 * (_gpt_step(deep, 4) + logits) // 16 + _gpt_params(deep),
+               "vocabulary": _vocabulary_part(size)},
     }
+
+
+def _vocabulary_part(size: Sizes) -> int:
+    """Lab 07's section 7.8 (labkit.bench.logits), which runs on the CPU on every profile: nothing on a GPU. On
+    the CPU its largest moment is the ledger's run at Llama 3's vocabulary and twice the lab's sequence (one
+    sequence): the (s, vocab) float32 logits and the log-softmax cross-entropy keeps, the head's weight and the
+    randn it is scaled from; a tenth more for what the lab keeps alive beside it (measured: 5%)."""
+    if size.device != "cpu":
+        return 0
+    from labkit.models.hugging_face import VOCABS
+
+    vocab, positions = VOCABS["llama3"], 2 * size.seq
+    return 11 * (2 * positions * vocab * 4 + 2 * vocab * size.hidden * 4) // 10
 
 
 def lab_peaks(size: Sizes) -> dict[str, int]:

@@ -14,6 +14,9 @@ from torch import nn
 
 from labkit.models.gpt import GPTConfig
 
+# the vocabulary sizes of their tokenizers (the configs' vocab_size: GPT-2's, and Llama 3's 128K tokens)
+VOCABS = {"gpt2": 50_257, "llama3": 128_256}
+
 __all__ = ["BLOCKS", "build", "logits_loss"]
 
 BLOCKS = {"gpt2": "transformer.h", "llama": "model.layers"}  # where each keeps its blocks
