@@ -14,5 +14,6 @@ ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP
 # CUDA had started before labkit could set it: the setting, if set here, is not in force
 CUDA_STARTED_FIRST = "torch" in _sys.modules and bool(getattr(_sys.modules["torch"], "cuda", None)
                                                        and _sys.modules["torch"].cuda.is_initialized())
-if _sys.platform == "linux" and not any(v in _os.environ for v in ALLOC_CONF_VARS):
+SET_BY_KIT = _sys.platform == "linux" and not any(v in _os.environ for v in ALLOC_CONF_VARS)
+if SET_BY_KIT:
     _os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"

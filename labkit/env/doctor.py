@@ -373,7 +373,7 @@ def _allocator_state() -> tuple[int, int, str | None] | None:
 
     name = next((v for v in env.ALLOC_CONF_VARS if v in os.environ), None)
     conf = None if name is None else f"{name}={os.environ[name]}"
-    if conf and env.CUDA_STARTED_FIRST and name == "PYTORCH_CUDA_ALLOC_CONF":
+    if conf and env.SET_BY_KIT and env.CUDA_STARTED_FIRST and name == "PYTORCH_CUDA_ALLOC_CONF":
         conf += " (set after CUDA started: not in force)"
     return torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), conf
 
