@@ -368,6 +368,36 @@ def test_every_student_name_is_unique_per_lab_even_against_names_that_look_made_
         assert not any(n == name and (lab == l or "" in (lab, l)) for n, l in by_lab[:i]), by_lab
 
 
+def _class_of_folders(folder: Path) -> list[Path]:
+    """A class returned as `folder`/<student>/<lab's notebook>: three students of lab 02, one of them of lab 03 too."""
+    files_ = [save(answered(), folder / name / "02_recompute.ipynb") for name in ("alice", "bob", "carol")]
+    return files_ + [save(answered(), folder / "carol" / "03_sqrt_n.ipynb")]
+
+
+def test_a_class_is_named_by_its_folders_whether_given_as_a_folder_a_glob_of_files_or_a_mix(tmp_path):
+    """bars/grade-names: `grade returned/`, `grade returned/*/*.ipynb` (the shell's glob) and a mix of folders and
+    files give the same names, and a file given twice is graded once."""
+    folder = tmp_path / "returned"
+    listed = sorted(_class_of_folders(folder))
+    stems = {"02_recompute", "03_sqrt_n"}
+    named = lambda paths: sorted((r.student, r.path.name) for r in files.discover(paths, stems))  # noqa: E731
+    want = [("alice", "02_recompute.ipynb"), ("bob", "02_recompute.ipynb"), ("carol", "02_recompute.ipynb"),
+            ("carol", "03_sqrt_n.ipynb")]
+    assert named([folder]) == want
+    assert named(listed) == want
+    assert named([folder / "alice", folder / "bob" / "02_recompute.ipynb", *listed[2:]]) == want
+    assert named([folder, *listed]) == want  # each file once
+    assert named([listed[1]]) == [("bob", "02_recompute.ipynb")]  # one file alone: its folder
+
+
+def test_two_files_that_would_take_one_name_are_both_kept_named_apart_and_said_so(tmp_path):
+    one = save(answered(), tmp_path / "room1" / "ann" / "02_recompute.ipynb")
+    two = save(answered(), tmp_path / "room2" / "ann" / "02_recompute.ipynb")
+    found = files.discover([tmp_path / "room1", tmp_path / "room2"], {"02_recompute"})
+    assert [(r.path, r.student) for r in found] == [(one, "ann"), (two, "ann#2")]
+    assert found[0].note == "" and found[1].note == f"{two} is graded as ann#2: ann is {one}"
+
+
 # ---------------------------------------------------------------- rows and the gradebook
 def _outcome(status: str, message: str = "m") -> dict:
     return {"status": status, "message": message, "seconds": 1.0}

@@ -2,9 +2,13 @@
 
 Only regular files are graded: a symlink (to the kit's solution, to a classmate's notebook), a FIFO, a device or
 a file over ``MOST_BYTES`` is that student's row, refused, never read. Folders are searched without following
-links. A student's name is the file's path below the folder it was found in (or the file's own name): the folder
-when the file is named like a lab (`alice/02_recompute.ipynb` is alice), unique, printable, its bytes that are not
-UTF-8 escaped.
+links. A student's name is the file's path below the folder it was found in: the folder when the file is named
+like a lab (`alice/02_recompute.ipynb` is alice; a lab's file right in a folder given, `alice/`, is named by that
+folder). Files listed one by one (the shell's `returned/*/02_recompute.ipynb`) are named as if the folder that
+holds all their students' folders had been given, so a class is named alike however its files are given; a listed
+file not named like a lab is its own name. A file given twice (by its folder and by itself) is graded once. Names
+are unique per lab (two files that would take one name are both kept, the second `alice#2`, and a ``note`` says
+so), printable, their bytes that are not UTF-8 escaped.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ class Returned:
     path: Path
     student: str
     refused: str = ""
+    note: str = ""  # why the student is not named as its path says (another file took that name), or ""
 
 
 def _printable(text: str) -> str:
@@ -33,6 +38,9 @@ def _printable(text: str) -> str:
 
 
 def _name(path: Path, base: Path | None, stems: set[str]) -> str:
+    """The student `path` is graded for, found below `base` (None: listed, not named like a lab)."""
+    if base is not None and path.parent == base and path.stem in stems and base.name:
+        base = base.parent  # `alice/` given, alice/02_recompute.ipynb in it: alice, as when `returned/` is given
     rel = path.relative_to(base) if base is not None else Path(path.name)
     parts = list(rel.parts)
     if Path(parts[-1]).stem in stems and len(parts) > 1:  # alice/02_recompute.ipynb: the folder names the student
@@ -41,6 +49,13 @@ def _name(path: Path, base: Path | None, stems: set[str]) -> str:
         parts[-1] = Path(parts[-1]).stem
     raw = "/".join(parts)
     return _printable(os.fsencode(raw).decode("utf-8", "backslashreplace"))
+
+
+def _listed_base(listed: list[Path], stems: set[str]) -> Path | None:
+    """The folder that holds the folders of every listed file named like a lab (`returned/` for the shell's
+    `returned/*/02_recompute.ipynb`; for one file, the folder above its own), or None when none is."""
+    holders = [p.parent.parent for p in listed if p.stem in stems and p.parent != p.parent.parent]
+    return Path(os.path.commonpath(holders)) if holders else None
 
 
 def _refusal(path: Path) -> str:
@@ -76,23 +91,34 @@ def _clash(taken: set[str], lab: str) -> bool:
 
 def discover(paths: list[Path], stems: set[str]) -> list[Returned]:
     """The files named (as given) and found below the folders named, each with a unique student name."""
+    paths = [Path(os.path.abspath(p)) for p in paths]  # one form, so that folders compare and names are relative
+    listed = [p for p in paths if not (p.is_dir() and not p.is_symlink())]
+    base = _listed_base(listed, stems)
     found: list[tuple[Path, Path | None]] = []
     for path in paths:
         if path.is_dir() and not path.is_symlink():
             found += [(p, path) for p in _walk(path)]
         else:
-            found.append((path, None))
+            found.append((path, base if path.stem in stems and base is not None else None))
     labs_of: dict[str, set[str]] = {}  # a name taken -> the labs it was taken for ("": a lab known from content only)
+    first: dict[str, Path] = {}  # a name -> the file that took it first
+    seen: set[tuple[str, str]] = set()  # (the file's folder, links resolved; its own name): a file given twice
     returned = []
-    for path, base in found:
-        name = _name(path, base, stems)
+    for path, holder in found:
+        key = (os.path.realpath(path.parent), path.name)
+        if key in seen:
+            continue
+        seen.add(key)
+        name = _name(path, holder, stems)
         lab = path.name[:2] if path.stem in stems else ""
         unique, n = name, 1
         while _clash(labs_of.get(unique, set()), lab):  # "bob#2" may be a file's own name: the next free one
             n += 1
             unique = f"{name}#{n}"
         labs_of.setdefault(unique, set()).add(lab)
-        returned.append(Returned(path, unique, _refusal(path)))
+        first.setdefault(name, path)
+        note = f"{path} is graded as {unique}: {name} is {first[name]}" if unique != name else ""
+        returned.append(Returned(path, unique, _refusal(path), note))
     return returned
 
 

@@ -243,6 +243,9 @@ def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: in
         stems = {p.stem for p in grader.notebooks.values()}
         other_labs = {p.stem for n, p in grader.notebooks.items() if n not in labs}
         returned = [r for r in files.discover(paths, stems) if r.path.stem not in other_labs]
+        for r in returned:
+            if r.note:  # two files that would take one name: both graded, the second named apart
+                print(f"labkit grade: {r.note}", file=sys.stderr)
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             results = pool.map(grader.grade, returned)
             rows = [r for rs in tqdm(results, total=len(returned), desc="grading", unit="notebook",
