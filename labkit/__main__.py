@@ -1,6 +1,7 @@
 """Command line: python -m labkit doctor | sizes [--profile P] [--memory M] [--json] | student [--check] |
 execute NB... | site [OUT] | bench NAME [--json] | gpu-check | release OUT [--labs 01,02] |
-collect 'HOMES_GLOB' [--out returned] [--labs ...] | grade SUBMISSIONS... [--labs ...]."""
+collect 'HOMES_GLOB' [--out returned] [--labs ...] | grade SUBMISSIONS... [--labs ...] [--shard K/N] |
+grade merge PART.csv... [--out grades.csv]."""
 from __future__ import annotations
 
 import argparse
@@ -148,15 +149,43 @@ def _collect(args: argparse.Namespace) -> int:
     return 0 if written else 1
 
 
+def _merge(args: argparse.Namespace) -> int:
+    """`labkit grade merge PART.csv...`: the parts of a class graded with --shard K/N, joined into one gradebook."""
+    from labkit.course.grade import report, shards
+
+    alone = [name for name, given in (("--shard", args.shard), ("--leaderboard", args.leaderboard),
+                                      ("--executed", args.executed), ("--seed", args.seed is not None)) if given]
+    if alone:
+        print(f"labkit grade merge: {', '.join(alone)} is for grading, not merging; merge takes PART.csv..., --out, "
+              "--points and --json", file=sys.stderr)
+        return 2
+    try:
+        points = report.read_points(Path(args.points) if args.points else None)
+        limits, rows = shards.merge([Path(p) for p in args.submissions[1:]])
+    except (OSError, ValueError) as e:
+        print(f"labkit grade merge: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    book = report.write(rows, out, args.json, limits, points)
+    print(report.summary(rows, points))
+    print(f"labkit grade merge: {len(args.submissions) - 1} parts, {len({r.student for r in rows})} students, "
+          f"{len(rows)} rows written to {out}" + (f"; one row per student, with points and totals, to {book}"
+                                                 if book != out else ""))
+    return 0
+
+
 def _grade(args: argparse.Namespace) -> int:
     import secrets
 
     from labkit.course import release
-    from labkit.course.grade import grader as grade, report, sandbox
+    from labkit.course.grade import grader as grade, report, sandbox, shards
 
+    if args.submissions[0] == "merge":  # a folder of that name is ./merge
+        return _merge(args)
     try:
         labs = release.parse_labs(args.labs, release.labs(ROOT), in_order=False)
-    except release.ReleaseError as e:
+        shard = shards.parse(args.shard) if args.shard is not None else None
+    except (release.ReleaseError, shards.ShardError) as e:
         print(f"labkit grade: {e}", file=sys.stderr)
         return 2
     for name, value in (("--timeout", args.timeout), ("--notebook-timeout", args.notebook_timeout),
@@ -186,15 +215,19 @@ def _grade(args: argparse.Namespace) -> int:
     try:
         rows = grade.grade(ROOT, [Path(p).absolute() for p in args.submissions], labs, limits, args.jobs, hidden,
                            use_sandbox=not args.no_sandbox,
-                           executed=Path(args.executed).resolve() if args.executed else None, seed=seed)
+                           executed=Path(args.executed).resolve() if args.executed else None, seed=seed, shard=shard)
     except grade.GradeError as e:
         print(f"labkit grade: {e}", file=sys.stderr)
         return 2
     unknown = sorted(set(points) - {r.exercise for r in rows})
-    if unknown:
+    if unknown and shard is None:  # a part may hold no student of an exercise the table names
         print(f"labkit grade: --points names {', '.join(unknown)}, not an exercise graded here; those points count "
               "for nothing (each graded exercise it does not name is worth 1)", file=sys.stderr)
-    book = report.write(rows, out, args.json, limits, points)
+    part = shards.facts(labs, limits, *shard) if shard is not None else None
+    if part is not None:
+        print(f"labkit grade: part {shard[0]}/{shard[1]} of the class ({len({r.student for r in rows})} students); "
+              f"join the parts with `python -m labkit grade merge PART.csv...`")
+    book = report.write(rows, out, args.json, limits, points, part)
     print(report.summary(rows, points))
     print(f"labkit grade: {len(rows)} rows written to {args.out}" +
           (f"; one row per student, with points and totals, to {book}" if book != out else ""))
@@ -247,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                                                "Littlest JupyterHub)")
     p.set_defaults(run=_collect)
     p = sub.add_parser("grade", help="grade returned notebooks, each rebuilt from the pristine one, in a sandbox")
-    p.add_argument("submissions", nargs="+", help="notebooks, or folders searched for them")
+    p.add_argument("submissions", nargs="+", help="notebooks, or folders searched for them; or `merge PART.csv...`: "
+                                                  "join the parts graded with --shard into one gradebook (--out)")
     p.add_argument("--labs", help="comma-separated lab numbers to grade (default: all)")
     p.add_argument("--out", default="grades.csv", help="the gradebook (default grades.csv; one row per student, "
                                                          "with points and totals, beside it: grades_students.csv)")
@@ -262,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--executed", help="a folder to keep what was run for each submission in (JSON)")
     p.add_argument("--seed", type=int, help="the seed of the hidden cases (default: drawn afresh, printed)")
     p.add_argument("--no-sandbox", action="store_true", help="no bubblewrap: only for notebooks you trust")
+    p.add_argument("--shard", metavar="K/N", help="grade only part K of N (K from 0), chosen by a hash of each "
+                                                  "student's name; `grade merge PART.csv...` joins the parts")
+    p.add_argument("--leaderboard", action="store_true", help="lab 07: race each student's planner against the "
+                                                              "kit's at the lab's budgets; leaderboard.csv and .html "
+                                                              "beside --out")
     p.set_defaults(run=_grade)
     args = parser.parse_args(argv)
     return args.run(args)

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from labkit.course import release
 from labkit.course.catalog import LABS
-from labkit.course.grade import files, report, sandbox
+from labkit.course.grade import files, report, sandbox, shards
 from labkit.course.grade.rebuild import Pristine, match, program, rebuild
 from labkit.course.grade.report import Row
 
@@ -226,8 +226,9 @@ def preflight(grader: Grader) -> str | None:
 
 def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: int, hidden: list[Path],
           use_sandbox: bool = True, executed: Path | None = None, progress: bool = True,
-          seed: int | None = None) -> list[Row]:
-    """Rows for every submission under `paths`, graded `jobs` at a time."""
+          seed: int | None = None, shard: tuple[int, int] | None = None) -> list[Row]:
+    """Rows for every submission under `paths`, graded `jobs` at a time, in the gradebook's order (report.ordered);
+    with `shard` (K, N), only the students of part K of N (shards.part_of: named as in the whole class first)."""
     if use_sandbox:
         problem = sandbox.unusable()
         if problem:
@@ -243,6 +244,8 @@ def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: in
         stems = {p.stem for p in grader.notebooks.values()}
         other_labs = {p.stem for n, p in grader.notebooks.items() if n not in labs}
         returned = [r for r in files.discover(paths, stems) if r.path.stem not in other_labs]
+        if shard is not None:
+            returned = [r for r in returned if shards.part_of(r.student, shard[1]) == shard[0]]
         for r in returned:
             if r.note:  # two files that would take one name: both graded, the second named apart
                 print(f"labkit grade: {r.note}", file=sys.stderr)
@@ -252,4 +255,4 @@ def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: in
                                      disable=not progress) for r in rs]
     finally:
         grader.close()
-    return rows
+    return report.ordered(rows)

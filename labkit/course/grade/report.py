@@ -34,6 +34,12 @@ class Row:
     seconds: float = 0.0
 
 
+def ordered(rows: list[Row]) -> list[Row]:
+    """The gradebook's order: by student, then lab, each submission's exercises as graded (one run and merged
+    parts alike)."""
+    return sorted(rows, key=lambda r: (r.student, r.lab))
+
+
 def first_line(text: str) -> str:
     """The first line of `text` with something on it, colours dropped."""
     lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() if line.strip()]
@@ -133,20 +139,26 @@ def totals(rows: list[Row], points: dict[str, float]) -> tuple[list[str], list[d
     return ["student", *exercises, "total", "out of"], table
 
 
-def write(rows: list[Row], path: Path, as_json: bool, limits: dict, points: dict[str, float] | None = None) -> Path:
+def write(rows: list[Row], path: Path, as_json: bool, limits: dict, points: dict[str, float] | None = None,
+          part: dict | None = None) -> Path:
     """The gradebook: JSON {"limits": ..., "rows": [...], "students": [...]} at `path`, or CSV with COLUMNS at
     `path`, the same JSON, whole, beside it (`grades.json` for `grades.csv`), and one row per student with points
-    and a total (`grades_students.csv`). Returns the per-student file (the JSON itself in JSON mode)."""
+    and a total (`grades_students.csv`). Returns the per-student file (the JSON itself in JSON mode). A part of a
+    class graded with --shard (`part`: shards.facts) says so in the JSON's "part" and the CSV's first line, a
+    comment, which `labkit grade merge` reads."""
     path.parent.mkdir(parents=True, exist_ok=True)
     clean = [{k: _text(v) for k, v in asdict(r).items()} for r in rows]
     columns, students = totals(rows, points or {})
     students = [{k: _text(v) for k, v in s.items()} for s in students]
-    whole = json.dumps({"limits": limits, "rows": clean, "students": students}, indent=1, ensure_ascii=False) + "\n"
+    whole = json.dumps({"limits": limits, **({"part": part} if part else {}), "rows": clean, "students": students},
+                       indent=1, ensure_ascii=False) + "\n"
     if as_json:
         path.write_text(whole, encoding="utf-8")
         return path
     path.with_suffix(".json").write_text(whole, encoding="utf-8")
     with path.open("w", newline="", encoding="utf-8") as f:
+        if part:
+            f.write("# labkit grade part " + json.dumps(part, ensure_ascii=False) + "\n")  # shards.MARK
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows({k: _cell(v) for k, v in r.items()} for r in clean)
