@@ -11,7 +11,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import foreign as F
-from test_planning import offering
 from labkit.checks.lab04.common import profiles
 from labkit.instruments.harness import compare_step, per_block
 from labkit.instruments.meter import MemoryMeter
@@ -423,7 +422,7 @@ def test_every_plan_of_three_foreign_blocks_is_predicted_to_the_byte_and_trains_
     for plan in plans:
         work = copy.deepcopy(model)
         assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) == \
-            peak_of(plan, offering(profile, plan)), plan
+            peak_of(plan, profile), plan
     for plan, runs in (([Step(0, 3, "recompute")], [2, 2, 2]),
                        ([Step(0, 2, "recompute"), Step(2, 3, "keep")], [2, 2, 1])):
         work = copy.deepcopy(model)
@@ -452,7 +451,7 @@ def _predicted_and_measured(model: nn.Module, x: torch.Tensor) -> dict[str, tupl
     out = {}
     for name in ("none", "full", "sqrt_n", "selective"):
         plan, work = scheme_plan(name, len(model.blocks)), copy.deepcopy(model)
-        out[name] = peak_of(plan, offering(profile, plan)), measure_step(work, torch.optim.Adam(work.parameters()), x,
+        out[name] = peak_of(plan, profile), measure_step(work, torch.optim.Adam(work.parameters()), x,
                                                                           F.loss, plan)
     return out
 
@@ -512,14 +511,11 @@ def test_five_blocks_that_differ_are_offered_no_way_that_keeps_more_than_keeping
         b, sel = profile.blocks[i], profile.blocks[i].options["selective"]
         plan = [Step(j, j + 1, "selective" if j == i else "keep") for j in range(5)]
         work = copy.deepcopy(model)
-        assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) == \
-            peak_of(plan, offering(profile, plan)), i
-        if sel.kept > b.act:
+        assert measure_step(work, torch.optim.Adam(work.parameters()), x, F.loss, plan) == peak_of(plan, profile), i
+        if sel.kept > b.act:  # priced exactly (a fixed scheme may run it), but never offered to a planner
             losing.append(i)
             assert "selective" not in b.ways() and f"{sel.kept:,} B, more than keeping the block" in \
                 b.not_offered()["selective"], (i, b)
-            with pytest.raises(ValueError, match=f"not selective: it would keep {sel.kept:,} B"):
-                peak_of(plan, profile)
     assert losing == llamas  # here both lose: the test holds what it says
 
 

@@ -102,6 +102,12 @@ class BlockCosts:
         return {KEEP: Option(self.act, self.act, 0.0),
                 **{name: o for name, o in self.options.items() if o.kept <= self.act}}
 
+    def priced(self) -> dict[str, Option]:
+        """Every single-block way the profile priced, keep first, offered or not: what an explicit plan (a fixed
+        scheme such as Megatron's selective everywhere, a baseline) may run and peak_of predicts exactly. A
+        planner chooses among ways() only."""
+        return {KEEP: Option(self.act, self.act, 0.0), **self.options}
+
     def not_offered(self) -> dict[str, str]:
         """Each way the block has not offered, and why: the profile could not price it, or it keeps more than
         keeping the block."""
@@ -141,7 +147,8 @@ class Step:
 
 def check_plan(plan: object, profile: Profile) -> list[Step]:
     """The plan as a list, or a ValueError naming what is wrong: the steps must cover the blocks in order, each
-    non-empty; a way other than recompute covers one block, and that block must have it."""
+    non-empty; a way other than recompute covers one block, and that block must have it priced (offered to a
+    planner or not: a fixed scheme may run a way that loses to keep, and is predicted exactly)."""
     n = len(profile.blocks)
     if not isinstance(plan, (list, tuple)) or not all(isinstance(s, Step) for s in plan):
         raise ValueError(f"a plan must be a list of Step, got {plan!r:.100}")
@@ -150,10 +157,11 @@ def check_plan(plan: object, profile: Profile) -> list[Step]:
         if s.start != at or s.stop <= s.start or s.stop > n:
             raise ValueError(f"plan: {s} does not continue at block {at} (the steps must cover blocks 0..{n} in "
                              "order, each non-empty)")
-        if s.how != RECOMPUTE and (s.stop != s.start + 1 or s.how not in profile.blocks[s.start].ways()):
-            why = "".join(f"; not {name}: {reason}" for name, reason in profile.blocks[s.start].not_offered().items())
+        if s.how != RECOMPUTE and (s.stop != s.start + 1 or s.how not in profile.blocks[s.start].priced()):
+            block = profile.blocks[s.start]
+            why = "".join(f"; not {name}: {reason}" for name, reason in block.unknown.items())
             raise ValueError(f"plan: {s}: {s.how!r} runs one block that has it; block {s.start} has "
-                             f"{', '.join([*profile.blocks[s.start].ways(), RECOMPUTE])}{why}")
+                             f"{', '.join([*block.priced(), RECOMPUTE])}{why}")
         at = s.stop
     if at != n:
         raise ValueError(f"plan: the steps stop at block {at}, not at the last block's end ({n})")
@@ -170,7 +178,7 @@ def _costs(s: Step, profile: Profile) -> tuple[int, int, float]:
             rebuilt += b.act
             need = max(need, rebuilt + b.beside)
         return blocks[0].inp, need, sum(b.fwd for b in blocks)
-    o = blocks[0].ways()[s.how]
+    o = blocks[0].priced()[s.how]
     return o.kept, o.held + blocks[0].beside, o.seconds
 
 
