@@ -174,6 +174,39 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _race(args: argparse.Namespace, labs: list[str], shard: tuple[int, int] | None,
+          limits: dict) -> tuple[dict | None, dict]:
+    """(the leaderboard's race, prepared with the kit's reference planner, and where its results go); (None, {})
+    without --leaderboard; ({}, {}) after saying why it cannot be run."""
+    from labkit.course.grade import leaderboard
+
+    if not args.leaderboard:
+        return None, {}
+    problem = (f"--leaderboard races lab {leaderboard.LAB}'s planners; --labs {','.join(labs)} leaves it out"
+               if leaderboard.LAB not in labs else
+               "--leaderboard ranks the whole class, so it runs in one run, not in a --shard" if shard else "")
+    if problem:
+        print(f"labkit grade: {problem}", file=sys.stderr)
+        return {}, {}
+    from labkit.labs.capstone import plan_for  # the kit's reference planner (the boxes never see it)
+
+    race = leaderboard.prepare(plan_for, limits["profile"])
+    print(f"labkit grade: leaderboard: each planner at budgets {', '.join(f'{b:,}' for b in race['budgets'])} B "
+          f"(lab {leaderboard.LAB}'s model, profile {limits['profile']}), timed against the kit's planner")
+    return race, {}
+
+
+def _write_leaderboard(race: dict, raced: dict, rows: list, folder: Path) -> None:
+    from labkit.course.grade import leaderboard
+
+    leaderboard.fill(raced, rows)
+    table = leaderboard.rows(race, raced)
+    book, page = leaderboard.write(table, folder)
+    ranked = sorted({r["student"] for r in table if r["rank"] != ""})
+    print(f"labkit grade: leaderboard: {len(raced)} planners, {len(ranked)} ranked at some budget; written to "
+          f"{book} and {page}")
+
+
 def _grade(args: argparse.Namespace) -> int:
     import secrets
 
@@ -212,13 +245,19 @@ def _grade(args: argparse.Namespace) -> int:
           f"hidden cases from seed {seed}")
     out.parent.mkdir(parents=True, exist_ok=True)  # made now, so the sandbox covers it with a decoy
     hidden = [ROOT, out.parent, Path.home()]
+    race, raced = _race(args, labs, shard, limits)
+    if race == {}:
+        return 2
     try:
         rows = grade.grade(ROOT, [Path(p).absolute() for p in args.submissions], labs, limits, args.jobs, hidden,
                            use_sandbox=not args.no_sandbox,
-                           executed=Path(args.executed).resolve() if args.executed else None, seed=seed, shard=shard)
+                           executed=Path(args.executed).resolve() if args.executed else None, seed=seed, shard=shard,
+                           race=race, raced=raced)
     except grade.GradeError as e:
         print(f"labkit grade: {e}", file=sys.stderr)
         return 2
+    if race is not None:
+        _write_leaderboard(race, raced, rows, out.parent)
     unknown = sorted(set(points) - {r.exercise for r in rows})
     if unknown and shard is None:  # a part may hold no student of an exercise the table names
         print(f"labkit grade: --points names {', '.join(unknown)}, not an exercise graded here; those points count "

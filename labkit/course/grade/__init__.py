@@ -8,6 +8,9 @@ drawn afresh from the run's seed besides the public ones; where it must share a 
 objects, it runs in the box, after the guard (guard.py) and before nothing else of the student's. One row per
 student and exercise (report.py): passed, failed, not attempted, timeout, error, missing or tampered.
 
+A class split across machines is graded in parts, chosen by the students' names, and joined (shards.py); lab
+07's planners are raced in their boxes and ranked (leaderboard.py).
+
 The run itself is grader.py. This package's own module imports nothing: the box imports guard.py and wire.py from
 it, and should not pay for what only the grader's side needs (nbformat alone costs a box a second).
 """

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from labkit.course import release
 from labkit.course.catalog import LABS
-from labkit.course.grade import files, report, sandbox, shards
+from labkit.course.grade import files, leaderboard, report, sandbox, shards
 from labkit.course.grade.rebuild import Pristine, match, program, rebuild
 from labkit.course.grade.report import Row
 
@@ -79,8 +79,10 @@ class Grader:
     """One grading run: the pristine labs, a template kit per lab, the box, the judges, the limits."""
 
     def __init__(self, root: Path, labs: list[str], limits: dict, jobs: int, hidden: list[Path],
-                 use_sandbox: bool = True, executed: Path | None = None, seed: int | None = None):
+                 use_sandbox: bool = True, executed: Path | None = None, seed: int | None = None,
+                 race: dict | None = None):
         self.labs, self.limits, self.executed, self.jobs = labs, limits, executed, jobs
+        self.race, self.raced = race, {}  # the leaderboard's race (lab 07), and student -> what came of it
         self.seed = secrets.randbelow(2**31) if seed is None else seed
         self.catalog = {lab.number: lab for lab in LABS}
         self.notebooks = {n: lab.student(root) for n, lab in self.catalog.items()}
@@ -171,10 +173,15 @@ class Grader:
         judge = self.judges.get()
         try:
             request = {"job": job, "limits": self.limits, **self._command(lab, job_file, judge.slot)}
-            answer = judge.grade(request, self.limits["notebook_timeout"] + self.limits["cell_timeout"] + JUDGE_MARGIN)
+            if self.race is not None and lab == leaderboard.LAB:  # to the judge only: the box never reads the reference
+                request["race"] = self.race
+            answer = judge.grade(request, self.limits["notebook_timeout"] + self.limits["cell_timeout"] + JUDGE_MARGIN
+                                 + (self.limits["cell_timeout"] * 2 if "race" in request else 0))
         finally:
             self.judges.put(judge)
             job_file.unlink(missing_ok=True)
+        if "race" in answer:
+            self.raced[student] = answer["race"]
         if self.executed is not None:
             self._keep(student, lab, job, answer)
         return report.rows(student, lab, self.pristine[lab].exercises, answer["outcomes"], answer["ended"], flags,
@@ -226,9 +233,11 @@ def preflight(grader: Grader) -> str | None:
 
 def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: int, hidden: list[Path],
           use_sandbox: bool = True, executed: Path | None = None, progress: bool = True,
-          seed: int | None = None, shard: tuple[int, int] | None = None) -> list[Row]:
+          seed: int | None = None, shard: tuple[int, int] | None = None, race: dict | None = None,
+          raced: dict | None = None) -> list[Row]:
     """Rows for every submission under `paths`, graded `jobs` at a time, in the gradebook's order (report.ordered);
-    with `shard` (K, N), only the students of part K of N (shards.part_of: named as in the whole class first)."""
+    with `shard` (K, N), only the students of part K of N (shards.part_of: named as in the whole class first); with
+    `race` (leaderboard.prepare's), each lab 07 planner raced too, what came of it put in `raced` by student."""
     if use_sandbox:
         problem = sandbox.unusable()
         if problem:
@@ -236,7 +245,7 @@ def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: in
     if executed is not None:
         executed.mkdir(parents=True, exist_ok=True)  # made before the first box, so that every box has it covered
     hidden = hidden + [p if p.is_dir() else p.parent for p in paths] + ([executed] if executed else [])
-    grader = Grader(root, labs, limits, jobs, hidden, use_sandbox, executed, seed)
+    grader = Grader(root, labs, limits, jobs, hidden, use_sandbox, executed, seed, race)
     try:
         problem = preflight(grader)
         if problem:
@@ -255,4 +264,6 @@ def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: in
                                      disable=not progress) for r in rs]
     finally:
         grader.close()
+    if raced is not None:
+        raced.update(grader.raced)
     return report.ordered(rows)

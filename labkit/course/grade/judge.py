@@ -235,10 +235,87 @@ class Judge:
 
     def __init__(self, seconds: float, memory: int, processes: int, total: float) -> None:
         self.seconds, self.memory, self.processes, self.total = seconds, memory, processes, total
+        self.raced: dict = {"why": "not raced"}  # the leaderboard's answer for the last submission run
 
-    def run(self, argv: list[str], job: dict, env: dict | None = None, cwd: Path | None = None) -> tuple[dict[str, Outcome], str]:
+    def _race(self, channel: _Channel, job: dict, race: dict) -> dict:
+        """The student's planner at each budget (in a child that loads the program, called from here), then each
+        plan that is one raced against the reference's (in a child that runs none of the student's code):
+        {"budgets": [{budget, plan, peak, over_reference, why}, ...]}."""
+        profile = pickle.loads(base64.b64decode(race["profile"]))
+        planned = self._plans(channel, job, profile, race["budgets"])
+        mine = {str(b): p["steps"] for b, p in planned.items() if p.get("steps")}
+        measured: dict = {}
+        if mine:
+            channel.deadline = time.monotonic() + self.seconds + 10
+            channel.send({"op": "race", "plans": mine, "reference": {b: race["reference"][b] for b in mine}})
+            try:
+                measured = channel.from_child()
+                while True:  # nothing more comes but its end (it runs none of the student's code)
+                    channel.from_child()
+            except BoxGone as e:
+                if not str(e).startswith("ended: "):
+                    raise
+                if channel.ended.get("how") == "timeout":
+                    measured = {"why": f"the race ran past its time limit ({self.seconds:g} s)"}
+            if measured.get("op") != "raced":
+                why = measured.get("why") or f"the race's process ended (exit status {channel.ended.get('status')})"
+                return {"why": f"not raced: {why}"}
+        out = []
+        for budget in race["budgets"]:
+            row = {"budget": budget, **{k: v for k, v in planned[budget].items() if k != "steps"}}
+            got = measured.get("peaks", {}).get(str(budget)) if str(budget) in mine else None
+            if isinstance(got, dict) and isinstance(got.get("peak"), int) and isinstance(got.get("ratio"), float):
+                row.update(peak=got["peak"], over_reference=round(got["ratio"], 4))
+            elif str(budget) in mine:
+                row["why"] = f"not raced: {str(got.get('error') if isinstance(got, dict) else got)[:200]}"
+            out.append(row)
+        return {"budgets": out}
+
+    def _plans(self, channel: _Channel, job: dict, profile: Any, budgets: list[int]) -> dict[int, dict]:
+        """budget -> {"steps": the plan, "plan": its line} or {"why": why there is none}, from the student's
+        plan_for, called in a child that loaded the program (the checker's way: data in, data back)."""
+        from labkit.course.grade import leaderboard
+
+        exercise = {"id": "race", "checker": "ex_7_1", "args": ["plan_for"], "mode": "remote", "seed": None}
+        channel.deadline = time.monotonic() + self.seconds + 10
+        channel.send({"op": "start", "exercise": exercise})
+        out: dict[int, dict] = {b: {"why": "not planned: the planner's process ended first"} for b in budgets}
+        try:
+            loaded = channel.from_child()
+            if loaded.get("op") != "loaded":
+                raise BoxGone("the box broke the protocol (the program's load was not reported)")
+            error = loaded["errors"].get("7.1") if isinstance(loaded.get("errors"), dict) else None
+            planner = StudentFunction("plan_for", channel)
+            for budget in budgets:
+                try:
+                    steps, why = leaderboard.plan_of(planner(profile, budget), profile)
+                except BoxGone:
+                    raise
+                except Exception as e:  # the student's planner raised: its row says so
+                    steps, why = None, f"the planner raised {type(e).__name__}: {_first_line(str(e))[:200]}"
+                    if isinstance(error, str):
+                        why += f" (its cell raised {error[:150]})"
+                out[budget] = {"steps": steps, "plan": leaderboard.described(steps)} if steps else {"why": why}
+            channel.send({"op": "end"})
+            tried = channel.from_child()
+            if tried.get("op") != "tried" or tried.get("what"):
+                what = "; ".join(str(w)[:100] for w in tried.get("what") or [])[:300] or "no report of what it tried"
+                out = {b: {"why": f"tampered: tried {what}"} for b in budgets}
+            while True:
+                channel.from_child()
+        except BoxGone as e:
+            if not str(e).startswith("ended: "):
+                raise
+            if channel.ended.get("how") == "timeout":
+                out = {b: o if "steps" in o else {"why": f"the planner ran past its time limit ({self.seconds:g} s)"}
+                       for b, o in out.items()}
+        return out
+
+    def run(self, argv: list[str], job: dict, env: dict | None = None, cwd: Path | None = None,
+            race: dict | None = None) -> tuple[dict[str, Outcome], str]:
         """Each exercise's Outcome, and how the box ended ("" when it ended as asked). `argv` ends with the worker's
-        command line, missing only its --fd-in/--fd-out, which this adds."""
+        command line, missing only its --fd-in/--fd-out, which this adds. With `race` (leaderboard.prepare's), the
+        student's planner is raced after the exercises, in the same box: ``self.raced`` is what came of it."""
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         command = argv + ["--fd-in", str(to_r), "--fd-out", str(from_w), "--seconds", str(self.seconds)]
@@ -258,10 +335,14 @@ class Judge:
                     ended = f"the notebook's time limit ({self.total:g} s) ran out in Exercise {exercise['id']}"
                     break
                 outcomes[exercise["id"]] = self._exercise(channel, job, exercise)
+            if race is not None:
+                self.raced = {"why": f"not raced: the notebook's time limit ({self.total:g} s) ran out"} \
+                    if time.monotonic() - started > self.total else self._race(channel, job, race)
             channel.deadline = time.monotonic() + 5
             channel.send({"op": "quit"})
         except BoxGone as e:
             ended = watch.why or f"the grader's worker stopped ({e}){errors.last()}"
+            self.raced = {"why": f"not raced: {ended}"}
         finally:
             hit = groups.hits()
             try:
@@ -385,8 +466,10 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
         judge = Judge(limits["cell_timeout"], int(limits["memory_gib"] * 2**30), limits["processes"],
                       limits["notebook_timeout"])
         outcomes, ended = judge.run(request["argv"], request["job"], request.get("env"),
-                                    Path(request["cwd"]) if request.get("cwd") else None)
-        stdout.write(json.dumps({"outcomes": {ex: vars(o) for ex, o in outcomes.items()}, "ended": ended}) + "\n")
+                                    Path(request["cwd"]) if request.get("cwd") else None, request.get("race"))
+        raced = {"race": judge.raced} if request.get("race") else {}
+        stdout.write(json.dumps({"outcomes": {ex: vars(o) for ex, o in outcomes.items()}, "ended": ended, **raced})
+                     + "\n")
         stdout.flush()
 
 

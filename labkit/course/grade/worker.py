@@ -305,31 +305,77 @@ def _relay(judge_in: int, judge_out: int, pid: int, from_child: int, to_child: i
 
 
 def run(job: dict, judge_in: int, judge_out: int, memory: int | None, seconds: float) -> None:
-    """Serve the judge: {"op": "start", "exercise": {...}} forks a child; {"op": "quit"} ends (anything else the
+    """Serve the judge: {"op": "start", "exercise": {...}} forks a child that loads the program; {"op": "race", ...}
+    one that races plans and loads nothing of the student's (``race``); {"op": "quit"} ends (anything else the
     judge sent for a child that has ended meanwhile is dropped)."""
     while True:
         message = wire.receive(judge_in)
         if message.get("op") == "quit":
             return
-        if message.get("op") != "start":
-            continue
-        exercise = message["exercise"]
-        to_r, to_w = os.pipe()
-        from_r, from_w = os.pipe()
-        start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:  # the child: nothing of the server's pipes but its own two ends
-            os.close(judge_in), os.close(judge_out), os.close(to_w), os.close(from_r)
-            code = 0
-            try:
-                child(job, exercise, to_r, from_w, memory)
-            except BaseException:  # noqa: BLE001  (a child's end, whatever the student's code did)
-                code = 1
-            os._exit(code)
-        os.close(to_r), os.close(from_w)
-        how, status = _relay(judge_in, judge_out, pid, from_r, to_w, seconds)
-        os.close(from_r), os.close(to_w)
-        wire.send(judge_out, {"op": "ended", "how": how, "status": status, "seconds": round(time.monotonic() - start, 2)})
+        if message.get("op") == "start":
+            _fork(lambda fd_in, fd_out: child(job, message["exercise"], fd_in, fd_out, memory), judge_in, judge_out,
+                  seconds)
+        elif message.get("op") == "race":
+            _fork(lambda fd_in, fd_out: race(message, fd_out, memory), judge_in, judge_out, seconds)
+
+
+def _fork(target: Any, judge_in: int, judge_out: int, seconds: float) -> None:
+    """Run target(fd_in, fd_out) in a child, relaying its messages to the judge, then report how it ended."""
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing of the server's pipes but its own two ends
+        os.close(judge_in), os.close(judge_out), os.close(to_w), os.close(from_r)
+        code = 0
+        try:
+            target(to_r, from_w)
+        except BaseException:  # noqa: BLE001  (a child's end, whatever the student's code did)
+            code = 1
+        os._exit(code)
+    os.close(to_r), os.close(from_w)
+    how, status = _relay(judge_in, judge_out, pid, from_r, to_w, seconds)
+    os.close(from_r), os.close(to_w)
+    wire.send(judge_out, {"op": "ended", "how": how, "status": status, "seconds": round(time.monotonic() - start, 2)})
+
+
+def race(message: dict, fd_out: int, memory: int | None, repeats: int = 5) -> None:
+    """The leaderboard's race, in a child that loads none of the student's code (its plans came back as data and
+    were checked by the judge): lab 07's model from seed 0, one steady step, then per budget the meter's peak of a
+    step under the student's plan and its time over the reference plan's, in alternating pairs (the same plan is
+    the same step: 1, untimed)."""
+    from labkit.bench.lab07 import capstone_config
+    from labkit.env.profile import sizes
+    from labkit.instruments.timing import compare
+    from labkit.models import GPT, gpt_tokens, next_token_loss
+    from labkit.planners import applied, measure_step
+    from labkit.planners.measuring import train_step
+    from labkit.plans import Step
+
+    if memory:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    torch.manual_seed(0)
+    cfg, vocab = capstone_config(sizes())
+    model, tokens = GPT(cfg, vocab), gpt_tokens(cfg, vocab)
+    opt = torch.optim.Adam(model.parameters())
+    step = train_step(model, opt, tokens, lambda out: next_token_loss(out, tokens))
+    step()  # gradients and Adam's state exist: every step measured is a steady one
+
+    def under(plan: list) -> Any:
+        def run() -> None:
+            with applied(model, plan):
+                step()
+        return run
+    peaks: dict[str, dict] = {}
+    for budget, steps in message["plans"].items():
+        try:
+            mine, ref = [Step(*s) for s in steps], [Step(*s) for s in message["reference"][budget]]
+            peak = measure_step(model, opt, tokens, lambda out: next_token_loss(out, tokens), mine)
+            ratio = 1.0 if mine == ref else compare(under(ref), under(mine), repeats=repeats, warmup=1).ratio
+            peaks[budget] = {"peak": int(peak), "ratio": float(ratio)}
+        except Exception as e:  # noqa: BLE001  (a plan the kit cannot apply: that budget's row says why)
+            peaks[budget] = {"error": f"{type(e).__name__}: {_first_line(e)}"}
+    wire.send(fd_out, {"op": "raced", "peaks": peaks})
 
 
 def warm() -> None:

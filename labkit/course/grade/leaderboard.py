@@ -1,0 +1,161 @@
+"""`labkit grade --leaderboard`: lab 07's planners raced on the lab's model at the lab's budgets, ranked.
+
+Outside every box, once (``prepare``): the capstone's model (labkit.bench.lab07.capstone, from seed 0, on the
+grading profile) is profiled, the budgets are those `bench plan` races PyTorch's peers at (labkit.bench.peers.budgets),
+and the kit's reference planner, given by the caller (the CLI passes labkit.labs.capstone.plan_for: the answers are
+never imported here), plans each. In each student's box, after the exercises (judge.py): a child loads the
+student's program and the judge calls its `plan_for(profile, budget)` through the pipe, as a remote checker calls
+a function; each plan comes back as data and is checked here (``plan_of``). Then a child that runs none of the
+student's code (worker.race) trains the same model under each plan: the meter's peak of a steady step, and the
+step's time over the reference plan's, timed in alternating pairs in that box. A plan fits when its measured
+peak is at most the budget, to the byte; a plan over budget never ranks; a planner that raised, returned no plan
+or a plan that is not one of the model's is a row that says why. ``rows`` ranks each budget's fitting plans by
+their time ratio (ties share a rank), ``write`` writes leaderboard.csv and a static leaderboard.html.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from labkit.plans import RECOMPUTE, Profile, Step, describe
+
+__all__ = ["LAB", "COUNT", "REPEATS", "COLUMNS", "prepare", "plan_of", "fill", "rows", "write", "described"]
+
+LAB = "07"
+COUNT = 5  # budgets: as many as bench plan races the peers at
+REPEATS = 5  # alternating pairs per budget (a tiny step takes milliseconds)
+COLUMNS = ("budget", "student", "fits", "peak", "over_reference", "rank", "plan", "why")
+
+
+def prepare(reference: Callable[[Profile, int], list[Step]], profile_name: str) -> dict[str, Any]:
+    """The race every box runs: {"profile": the capstone's Profile, pickled (the judge hands it to each planner),
+    "budgets": [...], "reference": {str(budget): [[start, stop, how], ...]}}."""
+    import torch
+
+    from labkit.bench.lab07 import capstone
+    from labkit.bench.peers import budgets
+    from labkit.env.profile import sizes
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        profile = capstone(sizes(profile_name)).profile
+    chosen = budgets(profile, len(profile.blocks), COUNT)
+    plans = {str(b): _steps(reference(profile, b)) for b in chosen}
+    return {"profile": base64.b64encode(pickle.dumps(profile)).decode(), "budgets": chosen, "reference": plans}
+
+
+def _steps(plan: list[Step]) -> list[list]:
+    return [[s.start, s.stop, s.how] for s in plan]
+
+
+def plan_of(value: Any, profile: Profile) -> tuple[list[list] | None, str]:
+    """(the plan as [[start, stop, how], ...], "") when `value`, what a student's planner returned, is a plan of the
+    profile's blocks: Steps covering them in order, each way one the block offers; else (None, why not)."""
+    if not isinstance(value, list) or not value:
+        return None, f"plan_for returned {type(value).__name__}, not a list of Step"
+    at, n = 0, len(profile.blocks)
+    for s in value:
+        if not isinstance(s, Step) or s.start != at or not s.start < s.stop <= n:
+            return None, f"not a plan of blocks 0..{n} in order: {value!r:.120}"
+        if s.how != RECOMPUTE and (s.stop != s.start + 1 or s.how not in profile.blocks[s.start].ways()):
+            return None, f"step {s!r:.60} is not a way block {s.start} offers ({', '.join(profile.blocks[s.start].ways())})"
+        at = s.stop
+    if at != n:
+        return None, f"the plan covers blocks 0..{at}, not all {n}"
+    return _steps(value), ""
+
+
+def fill(raced: dict[str, dict], graded: list) -> None:
+    """A row that says why for each student of lab 07 whose planner was not raced (a file that is no notebook, a
+    box that died): the first of that student's gradebook rows."""
+    for r in graded:
+        if r.lab == LAB and r.student not in raced:
+            raced[r.student] = {"why": f"not raced: {r.status}: {r.message}"[:300]}
+
+
+def _rank(entries: list[dict]) -> None:
+    """Rank the fitting entries of one budget by their time over the reference's (1 is the fastest; ties share)."""
+    fitting = sorted((e for e in entries if e["fits"] is True), key=lambda e: e["over_reference"])
+    for i, e in enumerate(fitting):
+        tied = i and e["over_reference"] == fitting[i - 1]["over_reference"]
+        e["rank"] = fitting[i - 1]["rank"] if tied else i + 1
+
+
+def rows(race: dict[str, Any], raced: dict[str, dict]) -> list[dict]:
+    """One row per student and budget, budgets in order, ranked (`raced`: student -> the judge's race answer,
+    {"budgets": [{budget, plan, peak, over_reference, why}, ...]} or {"why": ...} where none was run)."""
+    out = []
+    for budget in race["budgets"]:
+        here = []
+        for student, answer in sorted(raced.items()):
+            found = next((b for b in answer.get("budgets", []) if b.get("budget") == budget), None)
+            if found is None:
+                here.append({"budget": budget, "student": student, "fits": "", "peak": "", "over_reference": "",
+                             "rank": "", "plan": "", "why": answer.get("why") or "not raced"})
+                continue
+            peak = found.get("peak")
+            fits = isinstance(peak, int) and not found.get("why") and peak <= budget
+            why = found.get("why") or ("" if fits else f"over budget: its step peaks at {peak:,} B > {budget:,} B")
+            here.append({"budget": budget, "student": student, "fits": fits if isinstance(peak, int) else "",
+                         "peak": peak if isinstance(peak, int) else "", "over_reference": found.get("over_reference", ""),
+                         "rank": "", "plan": found.get("plan", ""), "why": why})
+        _rank(here)
+        out += here
+    return out
+
+
+def _cell(value: Any) -> str:
+    """A field as the gradebook writes one: printable, at most 500 characters, never a formula."""
+    text = "".join(c if c.isprintable() else " " for c in str(value))[:500]
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+
+
+def _shown(row: dict) -> dict:
+    ratio = row["over_reference"]
+    return {**row, "over_reference": f"{ratio:.3f}" if isinstance(ratio, float) else ratio,
+            "fits": {True: "yes", False: "no"}.get(row["fits"], "")}
+
+
+def write(table: list[dict], folder: Path) -> tuple[Path, Path]:
+    """leaderboard.csv and leaderboard.html (one page, no script, nothing fetched) in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    book, page = folder / "leaderboard.csv", folder / "leaderboard.html"
+    with book.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: _cell(v) for k, v in _shown(r).items()} for r in table)
+    page.write_text(_html(table), encoding="utf-8")
+    return book, page
+
+
+def _html(table: list[dict]) -> str:
+    """The leaderboard as a static page: a table per budget, ranked plans first."""
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Lab 07 leaderboard</title><style>"
+             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}"
+             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}tr.out td{color:#888}</style></head><body>",
+             "<h1>Lab 07: the planners at the lab's budgets</h1><p>Each plan's step, timed in alternating pairs "
+             "against the kit's reference planner's in the same box (below 1: faster); a plan fits when the meter's "
+             "peak of its step is at most the budget. A plan over budget is not ranked.</p>"]
+    for budget in dict.fromkeys(r["budget"] for r in table):
+        here = sorted((r for r in table if r["budget"] == budget),
+                      key=lambda r: (r["rank"] == "", r["rank"] or 0, r["student"]))
+        parts.append(f"<h2>Budget {budget:,} B ({budget / 2**20:.3f} MiB)</h2><table><tr>"
+                     + "".join(f"<th>{c}</th>" for c in ("rank", "student", "fits", "peak (B)", "time / reference",
+                                                         "plan", "why")) + "</tr>")
+        for r in map(_shown, here):
+            cells = (r["rank"], r["student"], r["fits"], f"{r['peak']:,}" if r["peak"] != "" else "",
+                     r["over_reference"], r["plan"], r["why"])
+            parts.append(f"<tr class='{'' if r['rank'] else 'out'}'>"
+                         + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        parts.append("</table>")
+    return "".join(parts) + "</body></html>\n"
+
+
+def described(plan: list[list]) -> str:
+    """A plan's one line, as lab 07 prints it."""
+    return describe([Step(*s) for s in plan])
