@@ -148,3 +148,14 @@ def test_four_shards_merged_are_one_run_s_verdicts_and_points(tmp_path):
         (tmp_path / "one" / "grades_students.csv").read_text()
     sizes = [len({r.student for r in shards.read(p)[1]}) for p in parts]
     assert sum(sizes) == 8 and max(sizes) < 8, sizes  # each student in one part, and not all in one
+
+
+def test_a_shard_without_a_seed_or_a_leaderboard_in_a_shard_is_refused_before_grading(tmp_path, capsys):
+    from labkit.__main__ import main
+
+    for extra, said in ((["--shard", "0/4"], "--shard needs --seed N"),
+                        (["--shard", "5/4", "--seed", "1"], "K must be 0 to 3"),
+                        (["--shard", "0/4", "--seed", "1", "--labs", "07", "--leaderboard"], "not in a --shard"),
+                        (["--labs", "02", "--leaderboard"], "--labs 02 leaves it out")):
+        assert main(["grade", str(tmp_path), *extra, "--out", str(tmp_path / "g.csv")]) == 2
+        assert said in capsys.readouterr().err, extra
