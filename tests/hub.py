@@ -22,6 +22,13 @@ from jupyter_browser import (_CELLS, _CURRENT, _IDLE, _OPEN, _RUN_ALL, _STARTED,
                              end_group)
 
 PROXY = shutil.which("configurable-http-proxy")
+_RESTART = """async () => {
+  const kernels = window.jupyterapp.serviceManager.kernels;
+  await kernels.refreshRunning();
+  const running = [...kernels.running()];
+  for (const model of running) await kernels.connectTo({model}).restart();
+  return running.length;
+}"""
 PASSWORD = "labkit-hub-test"  # the shared password every student logs in with
 CONFIG = """
 c = get_config()  # noqa: F821
@@ -173,6 +180,11 @@ class Student:
         self.page.wait_for_function(_IDLE, timeout=120_000, polling=250)
         self.page.evaluate(_RUN_ALL)
         self.page.wait_for_function(_STARTED, timeout=120_000, polling=250)
+
+    def restart_kernels(self) -> int:
+        """Kernel > Restart Kernel for every kernel this student's server runs (what `make hub` tells a student
+        whose notebook was open before the install: a kernel started then cannot import the kit); how many."""
+        return self.page.evaluate(_RESTART)
 
     def finish(self, timeout: float = 600) -> list[CellView]:
         """Wait until the kernel is idle and stays so; each code cell as shown."""

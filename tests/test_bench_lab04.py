@@ -123,3 +123,18 @@ def test_measuring_what_forward_saves_leaves_no_graph_behind():
     finally:
         gc.enable()
     assert saved > 0 and not left
+
+
+def test_compiled_runner_compiles_under_a_meter_rather_than_running_eagerly(stack):
+    """Under a meter dynamo runs a compiled function eagerly without a word; compiled_runner steps outside the
+    meter and runs its graphs inside, so the budget still acts (fewer bytes saved than eager's) and is seen."""
+    model, x, _ = stack
+    torch._dynamo.reset()
+    alone = B.saved_after_forward(model, x, B.compiled_runner(model, 0.1))
+    torch._dynamo.reset()
+    with lk.MemoryMeter(history=True) as meter:
+        metered = B.saved_after_forward(model, x, B.compiled_runner(model, 0.1))
+    torch._dynamo.reset()
+    eager = B.saved_after_forward(model, x, lambda block, y: block(y))
+    assert metered == alone < eager
+    assert meter.peak > 0 and len(meter.timeline) > 0

@@ -91,6 +91,12 @@ def test_three_students_pull_the_bundle_and_run_labs_00_and_01_side_by_side(tmp_
                     "JUPYTERHUB_USER": s.name, "JUPYTERHUB_SERVICE_PREFIX": f"/user/{s.name}/"})
                 if done.returncode != 0:
                     found.append(f"{s.name}: the README's hub path failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+                # the link opened lab 00 before the install: its kernel cannot import the kit until restarted, as
+                # make hub says; the student does so
+                if "Kernel > Restart Kernel" not in done.stdout:
+                    found.append(f"{s.name}: make hub did not tell to restart a kernel started before it")
+                if s.restart_kernels() < 1:
+                    found.append(f"{s.name}: the link's notebook had no running kernel to restart")
             for lab in LABS:
                 for s in students:  # all three started before any is waited for: side by side
                     s.start_run_all(f"{HANDOUT}/notebooks/{lab}.ipynb")

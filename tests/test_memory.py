@@ -494,3 +494,13 @@ def test_a_meter_on_one_device_leaves_the_others_out():
     assert on_a_gpu.peak == 0 and d.device.type == "cpu"
     with pytest.raises(RuntimeError):
         lk.MemoryMeter(device="nowhere")
+
+
+def test_a_higher_order_operator_with_a_subgraph_is_refused_by_name_not_half_counted():
+    """The meter counts the one-op rng wrappers a compiled checkpoint calls; a subgraph it could not see into
+    (torch.cond's branches) is refused, naming the operator, rather than counted by its outputs alone."""
+    from torch._higher_order_ops.cond import cond_op
+
+    x = torch.randn(4)
+    with MemoryMeter(), pytest.raises(NotImplementedError, match="higher-order operator cond"):
+        cond_op(torch.tensor(True), lambda t: t.sin(), lambda t: t.cos(), (x,))

@@ -110,3 +110,21 @@ def test_compile_tags_every_node_by_the_policy_and_saves_only_what_it_must():
     assert 0 < found["MUST_SAVE"]["saved"] <= found["MUST_SAVE"]["tagged"]
     assert found["PREFER_RECOMPUTE"]["tagged"] > 0 and found["PREFER_RECOMPUTE"]["saved"] == 0
     assert found["saved_inputs"] > 0  # the block's input and weights are saved without a tag
+
+
+def test_compile_tags_runs_under_a_meter_and_the_meter_sees_its_graphs():
+    """A whole notebook measured under one MemoryMeter (tools/lab_peaks.py) once made dynamo refuse this compile
+    (a dispatch mode active): the compile steps outside the meter, and its graphs run inside it."""
+    from labkit.bench.solvers import compile_tags
+    from labkit.instruments.ops import trace
+    from labkit.reference.selective import selective_keep, torch_policy
+
+    model, x = lk.bench.long_stack(lk.sizes("tiny"))
+    block = model.blocks[0]
+    keep = selective_keep(trace(block, x, model=block, repeats=1))
+    alone = compile_tags(block, x, torch_policy(keep))
+    torch._dynamo.reset()
+    with lk.MemoryMeter(history=True) as meter:
+        metered = compile_tags(block, x, torch_policy(keep))
+    assert metered == alone
+    assert {e.phase for e in meter.timeline} >= {"forward", "backward"} and meter.peak > 0

@@ -37,9 +37,6 @@ export LOCK_FITS := import re, sys; m = re.search(r"^\# python>=(\d+)\.(\d+)", o
 # no second server, which the student's browser could not reach. See docs/hub.md.
 ON_HUB := $(or $(JUPYTERHUB_SERVICE_PREFIX),$(JUPYTERHUB_API_URL))
 HUB_PYTHON ?= $(PYTHON)
-# The kit's own dependencies, but torch, as pyproject.toml lists them: pip installs only those missing (JupyterLab,
-# numpy, matplotlib and ipywidgets are in most hub images; PuLP and pwlf, lab 07's, often are not)
-export HUB_DEPS := import re; t = open("pyproject.toml").read(); deps = re.search(r"^dependencies = \[(.*?)^\]", t, re.M | re.S).group(1); print(" ".join(d for d in re.findall(r'"([^"]+)"', deps) if not re.match(r"torch\b", d)))
 # --user (your home: kept when the hub restarts your server, where an image's own folders are not) where that
 # Python reads a user site (a virtual environment of its own does not); HUB_PIP_ARGS= installs into the environment
 HUB_PIP_ARGS ?= $(shell $(HUB_PYTHON) -c 'import site; print("--user" if site.ENABLE_USER_SITE else "")' 2>/dev/null)
@@ -59,9 +56,10 @@ hub:
 	fi
 	@echo "labkit: installing the kit into $$($(HUB_PYTHON) -c 'import sys; print(sys.executable)') $(HUB_PIP_ARGS), its torch $$($(HUB_PYTHON) -c 'import torch; print(torch.__version__)') kept"
 	$(HUB_PYTHON) -m pip install $(HUB_PIP_ARGS) --no-deps -e .
-	$(HUB_PYTHON) -m pip install $(HUB_PIP_ARGS) $$($(HUB_PYTHON) -c "$$HUB_DEPS")
+	$(HUB_PYTHON) labkit/env/hubdeps.py $(HUB_PIP_ARGS)
 	@cd / && $(HUB_PYTHON) -c 'import labkit, torch; print(f"labkit: the kit imports from {labkit.__path__[0]}, beside torch {torch.__version__}")'
 	@echo "labkit: open $(or $(START),notebooks/) in this hub's JupyterLab (its file browser); no second server is started."
+	@echo "labkit: a notebook whose kernel started before this install cannot import the kit: Kernel > Restart Kernel."
 
 $(STAMP): pyproject.toml $(wildcard $(LOCK))
 	@if [ ! -x $(PY) ]; then \

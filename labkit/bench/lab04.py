@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from labkit.bench.lab02 import stack_step
 from labkit.instruments.blocks import wrapped
+from labkit.instruments.compiled import metered_backend, outside_meters
 from labkit.instruments.meter import measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.instruments.ops import OpRecord, trace
@@ -141,10 +142,15 @@ def compiled_runner(model: GPTStack, budget: float) -> Callable:
 
     if not isinstance(budget, (int, float)) or not 0 <= budget <= 1:
         raise ValueError(f"compiled_runner: budget={budget!r} must be a number from 0 to 1")
-    compiled = {id(b): torch.compile(b, backend="aot_eager_decomp_partition") for b in model.blocks}
+    from torch._dynamo.backends.debugging import aot_eager_decomp_partition
+
+    # under a meter dynamo would run the blocks eagerly without a word: each compiled graph runs inside the
+    # meters instead, and fullgraph makes a graph break an error rather than eager code no meter sees
+    backend = metered_backend(aot_eager_decomp_partition)
+    compiled = {id(b): torch.compile(b, backend=backend, fullgraph=True) for b in model.blocks}
 
     def run(block: nn.Module, y: torch.Tensor) -> torch.Tensor:
-        with functorch_config.patch(activation_memory_budget=budget):  # read when the graph is partitioned
+        with functorch_config.patch(activation_memory_budget=budget), outside_meters():  # read when partitioned
             return compiled[id(block)](y)
     return run
 

@@ -22,7 +22,7 @@ from labkit.bench.lab02 import stack_step
 from labkit.bench.lab04 import long_stack
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
-from labkit.instruments.compiled import Compiled
+from labkit.instruments.compiled import Compiled, metered_backend, outside_meters
 from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.timing import compare
 from labkit.models import GPTStack
@@ -145,12 +145,15 @@ def compile_tags(block: torch.nn.Module, x: torch.Tensor, context_fn: Callable[[
     backend = aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=partition,
                            decompositions=core_aten_decompositions())
     context = functools.partial(_entered, context_fn)
-    run = torch.compile(lambda y: checkpoint(block, y, use_reentrant=False, context_fn=context), backend=backend,
-                        fullgraph=True, dynamic=False)
+    # under a meter (a whole notebook measured) dynamo would refuse to compile: the graphs run inside it instead
+    run = torch.compile(lambda y: checkpoint(block, y, use_reentrant=False, context_fn=context),
+                        backend=metered_backend(backend), fullgraph=True, dynamic=False)
     quiet = logging.getLogger("torch._higher_order_ops.wrap")  # its warning to keep in-place ops out: we have none
     level, quiet.level = quiet.level, logging.ERROR
     try:
-        run(x.detach().requires_grad_()).sum().backward()
+        with outside_meters():
+            out = run(x.detach().requires_grad_())
+        out.sum().backward()
     finally:
         quiet.setLevel(level)
     tags, saved = seen["tags"], seen["saved"]

@@ -20,7 +20,7 @@ import torch
 
 from labkit.instruments.meter import active_meter, entered_meters
 
-__all__ = ["Compiled", "recompile_limits"]
+__all__ = ["Compiled", "metered_backend", "outside_meters", "recompile_limits"]
 
 # How many Compiled share each code object: every block of a model shares its class's forward, and each budget
 # compiles it again, so one code object takes blocks x budgets cache entries (72 for lab 07's 8 blocks at 9
@@ -39,6 +39,30 @@ def _release(code: Any) -> None:
 def _code(fn: Callable[..., Any]) -> Any:
     """The code object dynamo keys its cache on: a bound method's function's."""
     return getattr(getattr(fn, "__func__", fn), "__code__", fn)
+
+
+def metered_backend(backend: Callable[..., Any], on_run: Callable[[], None] | None = None) -> Callable[..., Any]:
+    """A torch.compile backend that compiles as `backend` and runs each compiled graph inside every meter
+    entered (nested ones too), so that the graph's ops are counted as any others; on_run() before each run."""
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        run = backend(gm, example_inputs)
+
+        def metered(*args: Any) -> Any:
+            if on_run is not None:
+                on_run()
+            with contextlib.ExitStack() as stack:
+                for meter in entered_meters():
+                    stack.enter_context(meter.inside())
+                return run(*args)
+        return metered
+    return compile_graph
+
+
+def outside_meters() -> contextlib.AbstractContextManager[None]:
+    """No dispatch mode active inside (the meters' included), so that dynamo runs compiled code rather than the
+    function eagerly; a backend from metered_backend brings the meters back around each graph."""
+    meter = active_meter()
+    return meter.outside() if meter is not None else contextlib.nullcontext()
 
 
 def _custom_solver(solver: Any) -> bool:
@@ -78,28 +102,23 @@ class Compiled:
         _SHARING[_code(fn)] = _SHARING.get(_code(fn), 0) + 1
         weakref.finalize(self, _release, _code(fn))  # a Compiled collected no longer raises the limits
         # fullgraph: a graph break would run the code between graphs eagerly, outside every meter (unseen)
-        self._compiled = torch.compile(fn, backend=self._backend, dynamic=False, fullgraph=True)
+        self._compiled = torch.compile(fn, backend=metered_backend(self._inner, self._ran), dynamic=False,
+                                       fullgraph=True)
 
-    def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    def _inner(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         if self.backend == "inductor":
             from torch._inductor.compile_fx import compile_fx as inner
         else:
             from torch._dynamo.backends.debugging import aot_eager_decomp_partition as inner
-        run = inner(gm, example_inputs)
+        return inner(gm, example_inputs)
 
-        def metered(*args: Any) -> Any:
-            self.graphs_run += 1
-            with contextlib.ExitStack() as stack:  # every meter running (nested ones too) sees the graph's ops
-                for meter in entered_meters():
-                    stack.enter_context(meter.inside())
-                return run(*args)
-        return metered
+    def _ran(self) -> None:
+        self.graphs_run += 1
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch._dynamo.config as dynamo_config
         import torch._functorch.config as functorch_config
 
-        meter = active_meter()
         # one function compiled at several budgets (and for each block) takes a cache entry each: limits sized
         # from how many share it (recompile_limits), and at a limit an error rather than a silent fall back to eager
         limit, accumulated = recompile_limits(self.fn)
@@ -107,7 +126,7 @@ class Compiled:
                                     activation_memory_budget_solver=self.solver), \
                 dynamo_config.patch(recompile_limit=limit, accumulated_recompile_limit=accumulated,
                                     fail_on_recompile_limit_hit=True), \
-                meter.outside() if meter is not None else contextlib.nullcontext():
+                outside_meters():
             return self._compiled(*args, **kwargs)
 
     @contextlib.contextmanager

@@ -77,12 +77,24 @@ class Lifetime:
     module: str | None
 
 
+# Higher-order operators whose body is one op passed to them (torch/_prims/rng_prims.py: a compiled graph of a
+# checkpoint with a random op calls them): their outputs are that op's, so counting them is exact. Any other one
+# runs a subgraph whose intermediates this mode would not see: refused, naming it.
+_ONE_OP_HOPS = ("run_and_save_rng_state", "run_with_rng_state")
+
+
 class _Watcher(TorchDispatchMode):
+    supports_higher_order_operators = True
+
     def __init__(self, meter: MemoryMeter) -> None:
         super().__init__()
         self.meter = meter
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if isinstance(func, torch._ops.HigherOrderOperator) and func.name() not in _ONE_OP_HOPS:
+            raise NotImplementedError(
+                f"MemoryMeter: higher-order operator {func.name()} runs a subgraph whose tensors the meter cannot "
+                f"see; it counts only {', '.join(_ONE_OP_HOPS)} (one op each)")
         out = func(*args, **(kwargs or {}))
         for st in tensor_storages(out):
             self.meter._register(st, op_name(func))

@@ -1,0 +1,62 @@
+"""`make hub`'s second step (labkit/env/hubdeps.py): the kit's dependencies installed into a hub image's Python
+without changing anything the image has: what is present stays (an older one named, never upgraded into the
+home, where it would shadow the image's own under the hub's server), what is missing is installed with every
+present distribution pinned, JupyterLab (the hub's server) never."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pip._vendor.packaging.requirements import Requirement
+
+from hubenv import image_python
+from labkit.env import hubdeps
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_kits_dependencies_are_pyprojects_but_torch():
+    names = [r.name for r in hubdeps.requirements()]
+    assert "torch" not in names and {"numpy", "jupyterlab", "pulp", "pwlf"} <= set(names)
+
+
+def test_present_kept_older_named_missing_installed_the_server_never():
+    wanted = [Requirement(r) for r in ("numpy>=1.26", "jupyterlab>=4.0", "pulp>=3.3", "ipykernel>=6.29", "tqdm>=4.66")]
+    have = {"numpy": "1.24.4", "ipykernel": "6.29.5", "tqdm": "4.67.1"}
+    todo = hubdeps.plan(wanted, have)
+    assert todo["install"] == ["pulp>=3.3"]
+    assert todo["server"] == ["jupyterlab"]
+    assert todo["kept"] == ["ipykernel", "tqdm"]
+    assert todo["older"] == ["numpy 1.24.4 (the kit asks >=1.26)"]
+
+
+def test_every_present_distribution_is_pinned_and_an_unreadable_version_left_out():
+    pins = hubdeps.constraints({"numpy": "1.26.4", "torch": "2.11.0+cu130", "odd": "not a version"})
+    assert pins.splitlines() == ["numpy==1.26.4", "torch==2.11.0+cu130"]
+
+
+@pytest.mark.slow
+def test_in_an_image_that_lacks_one_dependency_only_it_is_installed_and_nothing_else_changes(tmp_path):
+    """A hub image's Python without tqdm: hubdeps installs tqdm into the user site (pip finds it in this venv's
+    wheel cache or the registry) and leaves every other distribution as it was."""
+    python = image_python(tmp_path / "image")
+    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip())
+    for entry in purelib.iterdir():
+        if entry.name.startswith("tqdm"):
+            entry.unlink()
+    listed = "import importlib.metadata as m; print(sorted((d.metadata['Name'], d.version) for d in m.distributions()))"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": f"{python.parent}:/usr/bin:/bin"}
+    before = subprocess.run([str(python), "-c", listed], capture_output=True, text=True, env=env, check=True).stdout
+    done = subprocess.run([str(python), str(ROOT / "labkit" / "env" / "hubdeps.py"), "--user"], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "installing what the image lacks: tqdm>=" in done.stdout
+    after = subprocess.run([str(python), "-c", listed], capture_output=True, text=True, env=env, check=True).stdout
+    added = set(eval(after)) - set(eval(before))  # noqa: S307 - our own repr of (name, version) pairs
+    assert {name for name, _ in added} == {"tqdm"} and not set(eval(before)) - set(eval(after))
+    assert list((home / ".local").rglob("tqdm/__init__.py")), "installed into the student's home"
