@@ -35,6 +35,8 @@ def test_a_gpu_share_is_set_and_held(fresh):
     lk.sizes()
     with pytest.raises(RuntimeError, match="already chose its sizes"):
         lk.use(gpu_memory="8GiB")
+    lk.use(gpu_memory="12 GiB")  # the same share, written another way: not a change
+    lk.use(gpu_memory="12288MiB")
 
 
 @pytest.mark.parametrize("kwargs, words", [({"profile": "huge"}, "not a profile"),

@@ -58,7 +58,7 @@ def use(profile: str | None = None, gpu_memory: str | None = None) -> None:
     if _chosen is not None:
         chosen_profile, chosen_memory = _chosen
         now = {"LABKIT_PROFILE": chosen_profile, "LABKIT_GPU_MEMORY": chosen_memory}
-        changed = [k for k, v in wanted.items() if v != now[k]]
+        changed = [k for k, v in wanted.items() if not _same(k, v, now[k])]
         if changed:
             raise RuntimeError(
                 f"lk.use: this kernel already chose its sizes (profile {chosen_profile}"
@@ -66,6 +66,13 @@ def use(profile: str | None = None, gpu_memory: str | None = None) -> None:
                 "(lk.doctor() or lk.sizes()), and the cells run since used them; restart the kernel (Kernel > "
                 "Restart Kernel) and call lk.use(...) right after `import labkit as lk`")
     os.environ.update(wanted)
+
+
+def _same(key: str, wanted: str, chosen: str | None) -> bool:
+    """A setting asked again equals the one chosen: a GPU share by its bytes ("12GiB" is "12 GiB" is "12288MiB")."""
+    if key == "LABKIT_GPU_MEMORY" and chosen:
+        return parse_bytes(wanted) == parse_bytes(chosen)
+    return wanted == chosen
 
 
 def profile() -> str:
