@@ -88,3 +88,11 @@ def test_the_command_line_says_it_in_one_line(tmp_path):
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("labkit grade: unprivileged user namespaces are off here"), done.stderr[-2000:]
     assert "kernel.unprivileged_userns_clone" in line or "user.max_user_namespaces" in line
+
+
+def test_another_permission_failure_is_not_called_user_namespaces(failing_bwrap):
+    """A mount refused inside the box also says "Operation not permitted": that is not user namespaces being off,
+    and the message says what bwrap said instead."""
+    failing_bwrap("bwrap: Can't mount proc on /newroot/proc: Operation not permitted", user__max_user_namespaces="0")
+    why = sandbox.unusable()
+    assert "user namespaces are off" not in why and "Can't mount proc" in why

@@ -175,7 +175,9 @@ def unusable() -> str | None:
 # Ubuntu's switch, the kernel's count (0: none), and Ubuntu 24.04's AppArmor restriction.
 USERNS_SETTINGS = (("kernel.unprivileged_userns_clone", "0", "1"), ("user.max_user_namespaces", "0", "15000"),
                    ("kernel.apparmor_restrict_unprivileged_userns", "1", "0"))
-_USERNS_WORDS = ("namespace", "uid map", "operation not permitted")
+# what bubblewrap says when it cannot make the user namespace or map the uid into it (bubblewrap.c); a mount or
+# another step failing with "Operation not permitted" is another failure, reported as bwrap printed it
+_USERNS_WORDS = ("new namespace", "user namespace", "uid map")
 
 
 def _sysctl(name: str, root: Path = Path("/proc/sys")) -> str | None:
