@@ -30,7 +30,7 @@ _spec.loader.exec_module(lab_peaks)
 PART_CELLS = {
     "01": {"chain forward": (("deep = lk.MLPChain(",), 1.25),  # cpu: 184.6 MB predicted, 157.2 measured
            "Adam step": (("def one_step_meter(",), 1.06)},  # 36.4 against 34.9
-    "05": {"ceilings": (("from labkit.instruments.timing import timing_method\n\nby_dtype = lk.roofline",), 1.01),  # exact: the buffers' own sizes
+    "05": {"ceilings": (("from labkit.instruments.timing import timing_met",), 1.01),  # exact: the buffers' own sizes
            "long stack": (("model, x = lk.bench.long_stack(size)", "from labkit.labs.recompute import checkpoint_h"),
                           1.5)},
     "07": {"plans' comparison": (("c = lk.bench.lab07.capstone(size", 'plans = {"planner": plan_for('), 1.5),
