@@ -53,7 +53,7 @@ def test_gpu_check_skips_cleanly_without_cuda(capsys):
 def test_every_benchmark_keeps_its_json_keys():
     """The keys `bench NAME --json` prints are the ones notes and gpu-check read."""
     assert set(bench.BENCHMARKS) == {"formula", "meter", "recompute", "segments", "schedule", "optimal", "policies", "roofline", "pitfalls", "plan", "fsdp",
-                                   "compile", "logits"}
+                                   "compile", "logits", "parallel"}
     assert set(bench.formula()) == {"configs", "max_rel_error"}
     assert set(bench.meter(lk.sizes("tiny"))) == {"slowdown", "ratios"}
     keys = set(bench.recompute_comparison(lambda fn, *a: fn(*a), lk.sizes("tiny")).figures())

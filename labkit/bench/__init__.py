@@ -25,6 +25,7 @@ from labkit.bench.lab07 import plan
 from labkit.bench.solvers import compile_solvers
 from labkit.bench import logits  # the module: lk.bench.logits.chunked_head_loss, as lab 07 names it
 from labkit.bench.fsdp import fsdp
+from labkit.bench import parallel  # the module: lk.bench.parallel.parallel and .table, as lab 07 names them
 from labkit.bench.overhead import meter
 
 __all__ = ["BENCHMARKS", "main", "formula", "formula_configs", "meter", "recompute", "recompute_comparison",
@@ -37,7 +38,7 @@ BENCHMARKS: dict[str, Callable[[], dict[str, Any]]] = {"formula": formula, "mete
                                                        "policies": policies, "roofline": roofline,
                                                        "pitfalls": pitfalls, "plan": plan,
                                                        "fsdp": fsdp, "compile": compile_solvers,
-                                                       "logits": logits.logits}
+                                                       "logits": logits.logits, "parallel": parallel.parallel}
 
 
 def main(name: str, as_json: bool = False) -> int:

@@ -17,6 +17,11 @@ Rule C (nesting): only the innermost pair of saved-tensor hooks is called. A
 ledger inside another passes each pack to every enclosing ledger, so each
 sees what its region saves (what a checkpoint inside a ledger drops, no
 ledger sees, as none is kept).
+
+Rule D (wrapper subclasses): a saved DTensor is counted by the plain tensors it holds, its local shard on this
+rank, as the meter counts one (labkit.instruments.tensors): a wrapper's own storage is a stand-in of the global
+size, not memory. A saved tensor whose bytes cannot be read (a wrapper subclass without ``__tensor_flatten__``)
+is refused with a TypeError, never guessed.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils.weak import WeakIdKeyDictionary
 
 from labkit.instruments.tensors import check_callable, check_not_meta, module_stack, op_name, tensor_storages
@@ -56,7 +61,7 @@ class SavedTensor:
     op: str  # the op whose backward node holds it, e.g. "addmm"
     producer: str  # the op that created its storage; "external" if made outside
     module: str  # innermost module fqn when model= was given, else ""
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # a DTensor's: its local shard's (Rule D)
     dtype: torch.dtype
     bytes: int  # nbytes of the whole storage (a saved view keeps all of it alive)
 
@@ -144,8 +149,8 @@ class Ledger:
         self.entries: list[SavedTensor] = []
         self.result: Any = None
         self._skip = WeakIdKeyDictionary()
-        for t in _flatten_tensors(exclude, "Ledger(exclude=...)"):
-            self._skip[t.untyped_storage()] = True
+        for st in tensor_storages(list(_flatten_tensors(exclude, "Ledger(exclude=...)"))):
+            self._skip[st] = True
         self._seen = WeakIdKeyDictionary()
         self._producer = WeakIdKeyDictionary()
         self._pending: list[_Pending] = []
@@ -159,11 +164,9 @@ class Ledger:
         if self._used:
             raise RuntimeError("Ledger: a ledger records one region; create a new Ledger() for another.")
         self._used = True
-        if self.model is not None:
-            for b in self.model.buffers():
-                self._skip[b.untyped_storage()] = True
-            for p in self.model.parameters():
-                self._skip[p.untyped_storage()] = True
+        if self.model is not None:  # a DTensor parameter or buffer: its local shard's storage (Rule D)
+            for st in tensor_storages(list(self.model.buffers()), list(self.model.parameters())):
+                self._skip[st] = True
         with contextlib.ExitStack() as stack:
             stack.enter_context(module_stack(self.model, self._modules))
             stack.enter_context(torch.autograd.graph.saved_tensors_hooks(_pack, _unpack))
@@ -184,18 +187,19 @@ class Ledger:
     # -- Rule A
     def _note(self, t: torch.Tensor) -> None:
         """Queue one pack; its op is settled when the next op arrives (Rule A)."""
-        if _is_param_like(t) or t.layout != torch.strided:
+        if _is_param_like(t):
             return
-        st = t.untyped_storage()
-        if st in self._skip:
-            return
-        prev, outs = self._last
         node = t.grad_fn
         saves_outputs = node is not None and any(a.startswith("_saved_result") for a in dir(node))
-        self._pending.append(
-            _Pending((tuple(t.shape), t.dtype, st.nbytes()), st, self._modules[-1] if self._modules else "",
-                     prev, id(st) in outs, saves_outputs)
-        )
+        prev, outs = self._last
+        for part in _local_parts(t):  # Rule D
+            if part.layout != torch.strided or part.untyped_storage() in self._skip:
+                continue
+            st = part.untyped_storage()
+            self._pending.append(
+                _Pending((tuple(part.shape), part.dtype, st.nbytes()), st, self._modules[-1] if self._modules else "",
+                         prev, id(st) in outs, saves_outputs)
+            )
 
     def _settle(self, next_op: str | None, next_inputs: list[torch.UntypedStorage]) -> None:
         """Give each pending pack its op: the previous op (an output) or next_op (an input)."""
@@ -247,6 +251,26 @@ class Ledger:
             r[0] += 1
             r[1] += e.bytes
         return LedgerTable([(m, op, n, b) for (m, op), (n, b) in rows.items()], self.total_bytes)
+
+
+def _local_parts(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """t, or the plain tensors a wrapper subclass holds (a DTensor: its local shard); Rule D."""
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        for name in names:
+            inner = getattr(t, name)
+            if isinstance(inner, torch.Tensor):  # a flatten may also name non-tensor attributes
+                yield from _local_parts(inner)
+        return
+    if t.layout == torch.strided:
+        try:
+            t.untyped_storage().data_ptr()
+        except RuntimeError as e:  # a wrapper's stand-in storage, which holds no bytes
+            raise TypeError(f"Ledger: autograd saved a tensor of type {type(t).__name__}, a subclass whose bytes "
+                            "cannot be read (a wrapper subclass without __tensor_flatten__); the ledger counts a "
+                            "wrapper by the plain tensors it holds, so give the subclass __tensor_flatten__, or "
+                            "measure outside it") from e
+    yield t
 
 
 def _pack(t: torch.Tensor) -> torch.Tensor:
