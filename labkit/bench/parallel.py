@@ -27,9 +27,9 @@ Notes (the code says "See Note N" where one applies):
    distributes rank 0's (src_data_rank=0).
 3. Memory: train mode with cfg's dropout, one forward of the block under the ledger (model=block: parameters
    and the causal-mask buffer are left out, the input counted where LayerNorm saves it). The ledger counts a
-   DTensor by its local shard (its Rule D). DTensor's random ops are not supported on a CPU mesh (torch warns,
-   silenced here): each rank draws the masks of a sequence-parallel dropout from its own generator, which
-   changes values, never bytes.
+   saved DTensor by its local shard (its notes on wrapper subclasses). DTensor's random ops are not supported
+   on a CPU mesh (torch warns; silenced here): each rank draws a sequence-parallel dropout's mask from its own
+   generator, which changes values, never bytes.
 4. Numerics: eval mode (no dropout: the ranks draw other masks than one process), the same input and output
    gradient in every configuration; output, input gradient and every parameter's gradient (gathered) allclose
    to the unsharded block's at RTOL and ATOL (a sum split over ranks adds in another order).
@@ -239,16 +239,20 @@ def parallel(size: Sizes | None = None, *, cfg: GPTConfig | None = None, timeout
 def table(figures: dict[str, Any]) -> str:
     """parallel()'s figures as text: the per-term table (the paper's 16-bit bytes and the kit's, per rank), then
     per configuration the paper's formula, the kit's prediction and what each rank measured."""
-    names = CONFIGURATIONS
-    head = f"{'term':<34} {'paper':>6} {'kit':>8}  " + "".join(f"{c:>19}" for c in names)
-    lines = [head, f"{'':<51}" + "".join(f"{'paper':>10}{'kit':>9}" for _ in names)]
-    for term in figures["terms"]:
-        cells = "".join(f"{term['paper_bytes'][c]:>10,}{term['bytes'][c]:>9,}" for c in names)
-        lines.append(f"{term['name']:<34} {term['paper']:>6} {term['kit']:>8}  {cells}")
+    terms, names = figures["terms"], CONFIGURATIONS
+    w = max(len(f"{t[k][c]:,}") for t in terms for k in ("paper_bytes", "bytes") for c in names) + 2
+    name_w, paper_w, kit_w = (max(len(t[k]) for t in terms) for k in ("name", "paper", "kit"))
+    lead = name_w + paper_w + kit_w + 4
+    lines = [" " * lead + "".join(f"{c:>{2 * w}}" for c in names),
+             f"{'term':<{name_w}}  {'paper':>{paper_w}}  {'kit':>{kit_w}}" + f"{'paper':>{w}}{'kit':>{w}}" * len(names)]
+    for t in terms:
+        cells = "".join(f"{t['paper_bytes'][c]:>{w},}{t['bytes'][c]:>{w},}" for c in names)
+        lines.append(f"{t['name']:<{name_w}}  {t['paper']:>{paper_w}}  {t['kit']:>{kit_w}}{cells}")
     lines.append("")
+    formula_w = max(len(f["paper_formula"]) for f in figures["configurations"].values())
     for c in names:
         f = figures["configurations"][c]
         measured = ", ".join(f"{m:,}" for m in f["measured_bytes"])
-        lines.append(f"{c:<9} paper {f['paper_formula']:<25} = {f['paper_bytes']:>9,.0f} B   kit predicts "
-                     f"{f['predicted_bytes']:>9,} B   measured per rank {measured}")
+        lines.append(f"{c:<9}  paper {f['paper_formula']:<{formula_w}} = {f['paper_bytes']:>{w},.0f} B   kit "
+                     f"predicts {f['predicted_bytes']:>{w},} B   measured per rank {measured}")
     return "\n".join(lines)
