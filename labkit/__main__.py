@@ -149,26 +149,43 @@ def _collect(args: argparse.Namespace) -> int:
     return 0 if written else 1
 
 
-def _merge(args: argparse.Namespace) -> int:
+MERGE_TAKES = ("submissions", "out", "points", "json")  # the options of `grade` that merge reads; it refuses the rest
+
+
+def _given(grading: argparse.ArgumentParser, words: list[str], dests: list[str]) -> dict:
+    """The options of `grade` that `words` spell out (abbreviated or not), each with its value, defaults aside."""
+    unset = object()  # argparse fills in a default only where the namespace has no value yet
+    found = grading.parse_args(words, argparse.Namespace(**{d: unset for d in dests}))
+    return {d: v for d, v in vars(found).items() if v is not unset}
+
+
+def _merge(args: argparse.Namespace, given: dict) -> int:
     """`labkit grade merge PART.csv...`: the parts of a class graded with --shard K/N, joined into one gradebook."""
     from labkit.course.grade import report, shards
 
-    alone = [name for name, given in (("--shard", args.shard), ("--leaderboard", args.leaderboard),
-                                      ("--executed", args.executed), ("--seed", args.seed is not None)) if given]
+    alone = [f"--{d.replace('_', '-')}" + ("" if v is True else f" {v}") for d, v in given.items()
+             if d not in MERGE_TAKES]
     if alone:
-        print(f"labkit grade merge: {', '.join(alone)} is for grading, not merging; merge takes PART.csv..., --out, "
-              "--points and --json", file=sys.stderr)
+        print(f"labkit grade merge: {', '.join(alone)}: for grading, not merging; merge grades nothing and takes what "
+              "each part was graded as (labs, limits, profile, seed, K/N) from the parts; it takes PART.csv..., "
+              "--out, --points and --json", file=sys.stderr)
         return 2
+    out, parts = Path(args.out), [Path(p) for p in args.submissions[1:]]
     try:
+        shards.check_out(out, args.json, parts)
         points = report.read_points(Path(args.points) if args.points else None)
-        limits, rows = shards.merge([Path(p) for p in args.submissions[1:]])
+        limits, rows = shards.merge(parts)
     except (OSError, ValueError) as e:
         print(f"labkit grade merge: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    book = report.write(rows, out, args.json, limits, points)
+    try:
+        book = report.write(rows, out, args.json, limits, points)
+    except OSError as e:
+        print(f"labkit grade merge: --out {out}: cannot be written ({e.strerror or e}: {e.filename or out})",
+              file=sys.stderr)
+        return 2
     print(report.summary(rows, points))
-    print(f"labkit grade merge: {len(args.submissions) - 1} parts, {len({r.student for r in rows})} students, "
+    print(f"labkit grade merge: {len(parts)} parts, {len({r.student for r in rows})} students, "
           f"{len(rows)} rows written to {out}" + (f"; one row per student, with points and totals, to {book}"
                                                  if book != out else ""))
     return 0
@@ -213,8 +230,6 @@ def _grade(args: argparse.Namespace) -> int:
     from labkit.course import release
     from labkit.course.grade import grader as grade, report, sandbox, shards
 
-    if args.submissions[0] == "merge":  # a folder of that name is ./merge
-        return _merge(args)
     try:
         labs = release.parse_labs(args.labs, release.labs(ROOT), in_order=False)
         shard = shards.parse(args.shard) if args.shard is not None else None
@@ -347,7 +362,10 @@ def main(argv: list[str] | None = None) -> int:
                                                               "kit's at the lab's budgets; leaderboard.csv and .html "
                                                               "beside --out")
     p.set_defaults(run=_grade)
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(words)
+    if args.command == "grade" and args.submissions[0] == "merge":  # a folder of that name is ./merge
+        return _merge(args, _given(sub.choices["grade"], words[1:], list(vars(args))))
     return args.run(args)
 
 

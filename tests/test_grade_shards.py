@@ -6,14 +6,18 @@ and in one run, in the sandbox, and compares the two gradebooks (`make long-test
 from __future__ import annotations
 
 import csv
+import hashlib
+import itertools
+import json
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from labkit.course.grade import report, sandbox, shards
+from labkit.course.grade import files, report, sandbox, shards
 from labkit.course.grade.report import Row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,12 +32,19 @@ def _class(count: int) -> list[Row]:
                 1.5) for name in names for ex in ("2.1", "2.2")]
 
 
-def _write_parts(rows: list[Row], folder: Path, n: int, limits: dict = LIMITS, as_json: bool = False) -> list[Path]:
+def _roster(rows: list[Row]) -> list[str]:
+    return sorted({r.student for r in rows})
+
+
+def _write_parts(rows: list[Row], folder: Path, n: int, limits: dict = LIMITS, as_json: bool = False,
+                 roster: list[str] | None = None) -> list[Path]:
+    """The parts a sharded run of the class `rows` (or of the class `roster`, where given) writes."""
     paths = []
     for k in range(n):
         mine = [r for r in rows if shards.part_of(r.student, n) == k]
         path = folder / f"part{k}.{'json' if as_json else 'csv'}"
-        report.write(mine, path, as_json, limits, None, shards.facts(["02"], limits, k, n))
+        part = shards.facts(["02"], limits, k, n, roster=_roster(rows) if roster is None else roster)
+        report.write(mine, path, as_json, limits, None, part)
         paths.append(path)
     return paths
 
@@ -87,13 +98,14 @@ def test_merge_refuses_parts_of_other_runs_a_missing_or_doubled_part_and_a_stude
     with pytest.raises(shards.ShardError, match=r"N 4 against 2"):
         shards.merge([*parts[:3], other_n[1]])
     other_lab = tmp_path / "d" / "part3.csv"
-    report.write([], other_lab, False, LIMITS, None, shards.facts(["03"], LIMITS, 3, 4))
+    report.write([], other_lab, False, LIMITS, None, shards.facts(["03"], LIMITS, 3, 4, roster=_roster(rows)))
     with pytest.raises(shards.ShardError, match=r"labs \['02'\] against \['03'\]"):
         shards.merge([*parts[:3], other_lab])
     k = shards.part_of("s00", 4)
     moved = tmp_path / "e" / f"part{(k + 1) % 4}.csv"  # s00 again, in a part its name does not belong to
     mine = [r for r in rows if shards.part_of(r.student, 4) == (k + 1) % 4] + [r for r in rows if r.student == "s00"]
-    report.write(mine, moved, False, LIMITS, None, shards.facts(["02"], LIMITS, (k + 1) % 4, 4))
+    part = shards.facts(["02"], LIMITS, (k + 1) % 4, 4, roster=_roster(rows))
+    report.write(mine, moved, False, LIMITS, None, part)
     with pytest.raises(shards.ShardError, match=r"'s00' is in two parts|'s00' is in .* belongs to part"):
         shards.merge([p if p.name != moved.name else moved for p in parts])
     plain = tmp_path / "plain.csv"
@@ -101,6 +113,193 @@ def test_merge_refuses_parts_of_other_runs_a_missing_or_doubled_part_and_a_stude
     with pytest.raises(shards.ShardError, match="not a part"):
         shards.merge([plain])
 
+
+
+# ---------------------------------------------------------------- names in any order
+def _clashing_class(root: Path) -> list[Path]:
+    """Files that take one name when listed (`ann`, `bob`: a file not named like a lab is its own name), in three
+    rooms, and a folder per student that does not clash."""
+    made = []
+    for room in ("room1", "room2", "room3"):
+        for name in ("ann.ipynb", "bob.ipynb"):
+            made.append(root / room / name)
+    made.append(root / "room2" / "cy" / "02_recompute.ipynb")
+    for path in made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    return made
+
+
+def _names(paths: list[Path], root: Path) -> dict[str, str]:
+    """Each file's name, by its path below `root` (what two machines that mount the class apart agree on)."""
+    return {r.path.relative_to(root).as_posix(): r.student for r in files.discover(paths, {"02_recompute"})}
+
+
+def test_files_that_clash_are_named_alike_whatever_order_they_are_given_in(tmp_path):
+    """`#N` is given in one order (the files' paths below the class's common folder), never the order of the
+    arguments: shards given the files in other orders (a glob, `find`) grade each file once."""
+    made = _clashing_class(tmp_path / "class")
+    rooms = [tmp_path / "class" / room for room in ("room1", "room2", "room3")]
+    want = _names(made, tmp_path / "class")
+    assert sorted(want.values()) == ["ann", "ann#2", "ann#3", "bob", "bob#2", "bob#3", "cy"]
+    assert want["room1/ann.ipynb"] == "ann" and want["room3/bob.ipynb"] == "bob#3"  # the first path, the plain name
+    for seed in range(30):
+        order = random.Random(seed).sample(made, len(made))
+        assert _names(order, tmp_path / "class") == want, order
+    for order in itertools.permutations(rooms):  # folders given in any order: the same rule
+        assert _names(list(order), tmp_path / "class") == want, order
+    graded = []  # four shards, each given the files in its own order, grade every file once
+    for k in range(4):
+        order = random.Random(k).sample(made, len(made))
+        graded += [r.path for r in files.discover(order, {"02_recompute"}) if shards.part_of(r.student, 4) == k]
+    assert sorted(graded) == sorted(made)
+
+
+def test_a_class_mounted_at_other_places_is_named_alike(tmp_path):
+    """Two machines that mount the class at different folders (and list it in other orders) give the same names."""
+    here = _clashing_class(tmp_path / "zz" / "class")
+    there_root = tmp_path / "aa" / "deeper" / "class"
+    shutil.copytree(tmp_path / "zz" / "class", there_root)
+    there = [there_root / p.relative_to(tmp_path / "zz" / "class") for p in here]
+    assert _names(here, tmp_path / "zz" / "class") == _names(there[::-1], there_root)
+
+
+# ---------------------------------------------------------------- the roster
+def test_a_part_says_which_class_it_was_split_from(tmp_path):
+    """The part's facts carry the roster: the SHA-256 of the whole class's names, sorted, and the names, in the
+    CSV's first line and the JSON's "part" alike."""
+    class_ = ["bo", "ann", "=cal", "ann"]  # as discovered: any order, a name per file
+    part = shards.facts(["02"], LIMITS, 1, 4, roster=class_)
+    names = sorted(set(class_))
+    assert part["roster"] == {"sha256": hashlib.sha256("\n".join(names).encode()).hexdigest(), "students": names}
+    assert shards.facts(["02"], LIMITS, 0, 4, roster=list(reversed(class_)))["roster"] == part["roster"]
+    report.write([Row("ann", "02", "2.1", "passed", "")], tmp_path / "p.csv", False, LIMITS, None, part)
+    assert shards.read(tmp_path / "p.csv")[0] == part
+    (tmp_path / "p.json").unlink()
+    assert shards.read(tmp_path / "p.csv")[0] == part  # the CSV alone says it too
+
+
+def test_merge_refuses_parts_split_from_different_rosters_naming_the_hashes_and_the_students(tmp_path):
+    rows = _class(6)
+    names = _roster(rows)
+    parts = _write_parts(rows, tmp_path / "a", 3)
+    other = _write_parts(rows, tmp_path / "b", 3, roster=[*names, "zed"])  # another node saw one more file
+    with pytest.raises(shards.ShardError) as refused:
+        shards.merge([*parts[:2], other[2]])
+    said = str(refused.value)
+    assert "rosters differ" in said and "'zed'" in said and str(other[2]) in said
+    for roster in (names, [*names, "zed"]):
+        assert shards.roster_of(roster)["sha256"][:16] in said
+
+
+def test_merge_refuses_a_student_of_the_roster_in_no_part_and_a_student_not_on_it(tmp_path):
+    rows = _class(6)
+    ghost = _write_parts(rows, tmp_path / "a", 3, roster=[*_roster(rows), "ghost"])  # graded by no part
+    with pytest.raises(shards.ShardError, match=r"'ghost' is on the roster .* but in no part"):
+        shards.merge(ghost)
+    short = _write_parts(rows, tmp_path / "b", 3, roster=[n for n in _roster(rows) if n != "s03"])
+    with pytest.raises(shards.ShardError, match=r"'s03' is in .* but not on the roster"):
+        shards.merge(short)
+
+
+def test_merge_refuses_a_part_without_a_roster_or_with_names_its_hash_does_not_match(tmp_path):
+    rows = _class(4)
+    parts = _write_parts(rows, tmp_path, 2)
+    whole = json.loads(parts[0].with_suffix(".json").read_text())
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({**whole, "part": {k: v for k, v in whole["part"].items() if k != "roster"}}))
+    with pytest.raises(shards.ShardError, match=rf"{bare}: .*no roster"):
+        shards.merge([bare, parts[1]])
+    forged = tmp_path / "forged.json"
+    roster = dict(whole["part"]["roster"], students=[*whole["part"]["roster"]["students"], "eve"])
+    forged.write_text(json.dumps({**whole, "part": {**whole["part"], "roster": roster}}))
+    with pytest.raises(shards.ShardError, match=rf"{forged}: .*sha256"):
+        shards.merge([forged, parts[1]])
+
+
+# ---------------------------------------------------------------- a part's files, read with care
+def _twin(part: Path, text: str) -> Path:
+    twin = part.with_suffix(".json")
+    twin.write_text(text)
+    return twin
+
+
+def test_a_malformed_json_twin_or_part_is_refused_naming_the_file_and_what_is_wrong(tmp_path):
+    rows = _class(4)
+    parts = _write_parts(rows, tmp_path, 2)
+    whole = json.loads(parts[0].with_suffix(".json").read_text())
+    bad = {
+        "not JSON": "{",
+        "not a JSON object": "[1, 2]",
+        "no 'rows'": json.dumps({k: v for k, v in whole.items() if k != "rows"}),
+        "'status'": json.dumps({**whole, "rows": [{k: v for k, v in r.items() if k != "status"}
+                                                  for r in whole["rows"]]}),
+        "'rows' is not a list": json.dumps({**whole, "rows": {"a": 1}}),
+    }
+    for said, text in bad.items():
+        twin = _twin(parts[0], text)
+        with pytest.raises(shards.ShardError) as refused:
+            shards.merge(parts)
+        assert str(twin) in str(refused.value) and said in str(refused.value), (said, str(refused.value))
+    for key in ("shard", "labs", "limits"):  # a part given as JSON whose facts lack one
+        part = tmp_path / f"no_{key}.json"
+        part.write_text(json.dumps({**whole, "part": {k: v for k, v in whole["part"].items() if k != key}}))
+        with pytest.raises(shards.ShardError, match=rf"{part}: .*'{key}'"):
+            shards.merge([part, parts[1]])
+    for shard in ([3, 2], "0/2", [0]):
+        part = tmp_path / "bad_shard.json"
+        part.write_text(json.dumps({**whole, "part": {**whole["part"], "shard": shard}}))
+        with pytest.raises(shards.ShardError, match=rf"{part}: .*shard"):
+            shards.merge([part, parts[1]])
+    _twin(parts[0], json.dumps(whole))
+    lines = parts[1].read_text().splitlines(keepends=True)
+    parts[1].write_text(shards.MARK + "{not json\n" + "".join(lines[1:]))
+    with pytest.raises(shards.ShardError, match=rf"{parts[1]}: its first line"):
+        shards.merge(parts)
+
+
+# ---------------------------------------------------------------- the merge command
+def _merge(*args: str, capsys) -> tuple[int, str]:
+    from labkit.__main__ import main
+
+    code = main(["grade", "merge", *args])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", [["--labs", "02"], ["--timeout", "5"], ["--notebook-timeout", "9"],
+                                    ["--memory", "2"], ["--jobs", "2"], ["--profile", "tiny"], ["--no-sandbox"],
+                                    ["--seed", "7"], ["--shard", "0/2"], ["--leaderboard"], ["--executed", "x"]])
+def test_merge_refuses_the_options_of_grading_saying_it_takes_them_from_the_parts(tmp_path, capsys, option):
+    parts = _write_parts(_class(4), tmp_path, 2)
+    out = tmp_path / "merged" / "grades.csv"
+    code, err = _merge(*map(str, parts), *option, "--out", str(out), capsys=capsys)
+    assert code == 2 and option[0] in err and "from the parts" in err and "--out" in err, err
+    assert not out.exists()
+
+
+def test_merge_never_writes_over_a_part_it_was_given_and_checks_out_s_folder(tmp_path, capsys):
+    parts = _write_parts(_class(4), tmp_path, 2)
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    twins = [p.with_suffix(".json") for p in parts]  # read too: the rows whole
+    for out, extra, hit in ((parts[0], [], parts[0]), (twins[1], [], twins[1]), (twins[0], ["--json"], twins[0]),
+                            (tmp_path / "part1.txt", [], twins[1])):  # part1.txt's JSON beside it: part1.json
+        code, err = _merge(*map(str, parts), "--out", str(out), *extra, capsys=capsys)
+        assert code == 2 and "a part given" in err and str(hit) in err, err
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+    (tmp_path / "plain").write_text("a file, not a folder")
+    code, err = _merge(*map(str, parts), "--out", str(tmp_path / "plain" / "g.csv"), capsys=capsys)
+    assert code == 2 and "--out" in err and str(tmp_path / "plain") in err and "Traceback" not in err, err
+    code, err = _merge(*map(str, parts), "--out", str(tmp_path), capsys=capsys)
+    assert code == 2 and "--out" in err and "a folder" in err, err
+    code, err = _merge(*map(str, parts), "--out", str(tmp_path / "new" / "deep" / "g.csv"), capsys=capsys)
+    assert code == 0 and (tmp_path / "new" / "deep" / "g.csv").is_file(), err
+
+
+def test_what_merge_says_it_writes_is_what_report_writes(tmp_path):
+    for as_json in (False, True):
+        out = tmp_path / f"j{as_json}" / "g.csv"
+        report.write(_class(2), out, as_json, LIMITS)
+        assert sorted(out.parent.iterdir()) == sorted(shards.written(out, as_json))
 
 def _grade(tmp_path: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "-m", "labkit", "grade", *args, "--out", str(out)], capture_output=True,
@@ -135,8 +334,8 @@ def test_four_shards_merged_are_one_run_s_verdicts_and_points(tmp_path):
     _grade(tmp_path, tmp_path / "one" / "grades.csv", str(folder), *common)
     listed = sorted(str(p) for p in folder.glob("*/02_recompute.ipynb"))
     parts = [tmp_path / "parts" / f"part{k}.csv" for k in range(4)]
-    for k, part in enumerate(parts):
-        _grade(tmp_path, part, *listed, *common, "--shard", f"{k}/4")
+    for k, part in enumerate(parts):  # each machine's shell lists the files in its own order
+        _grade(tmp_path, part, *random.Random(k).sample(listed, len(listed)), *common, "--shard", f"{k}/4")
     merged = tmp_path / "merged" / "grades.csv"
     subprocess.run([sys.executable, "-m", "labkit", "grade", "merge", *map(str, parts), "--out", str(merged)],
                    check=True, capture_output=True, cwd=tmp_path)
@@ -146,6 +345,7 @@ def test_four_shards_merged_are_one_run_s_verdicts_and_points(tmp_path):
     assert _book(merged) == one
     assert (tmp_path / "merged" / "grades_students.csv").read_text() == \
         (tmp_path / "one" / "grades_students.csv").read_text()
+    assert [shards.read(p)[0]["roster"]["students"] for p in parts] == [sorted({r["student"] for r in one})] * 4
     sizes = [len({r.student for r in shards.read(p)[1]}) for p in parts]
     assert sum(sizes) == 8 and max(sizes) < 8, sizes  # each student in one part, and not all in one
 

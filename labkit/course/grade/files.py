@@ -9,6 +9,11 @@ holds all their students' folders had been given, so a class is named alike howe
 file not named like a lab is its own name. A file given twice (by its folder and by itself) is graded once. Names
 are unique per lab (two files that would take one name are both kept, the second `alice#2`, and a ``note`` says
 so), printable, their bytes that are not UTF-8 escaped.
+
+Names are given in one order, whatever the order of the arguments (``_canonical``): by each file's path, its
+folder's links resolved, below the folder all the files share. Machines that grade parts of one class (--shard)
+may list its files in other orders (a glob, `find`) and mount it at other places; all of them give each file the
+same name, `#2` included, and so the same part.
 """
 from __future__ import annotations
 
@@ -83,6 +88,15 @@ def _walk(folder: Path) -> list[Path]:
     return found
 
 
+def _canonical(found: list[tuple[Path, Path | None]], stems: set[str]) -> list[tuple[Path, Path | None]]:
+    """`found` in the order names are given in: by the path below the folder every file shares (not the mount
+    point above it, which other machines may not share), then by the name (one file given twice: one name wins)."""
+    real = [Path(os.path.realpath(p.parent)) / p.name for p, _ in found]  # the file's own link is not followed
+    common = Path(os.path.commonpath(real)) if real else Path("/")
+    keys = [(r.relative_to(common).parts, _name(p, holder, stems)) for r, (p, holder) in zip(real, found)]
+    return [entry for _, entry in sorted(zip(keys, found), key=lambda pair: pair[0])]
+
+
 def _clash(taken: set[str], lab: str) -> bool:
     """A name taken for the labs `taken` cannot be given for `lab`: the same lab, or either known only from the
     notebook's content ("")."""
@@ -104,7 +118,7 @@ def discover(paths: list[Path], stems: set[str]) -> list[Returned]:
     first: dict[str, Path] = {}  # a name -> the file that took it first
     seen: set[tuple[str, str]] = set()  # (the file's folder, links resolved; its own name): a file given twice
     returned = []
-    for path, holder in found:
+    for path, holder in _canonical(found, stems):  # see the module's note: names alike on every machine
         key = (os.path.realpath(path.parent), path.name)
         if key in seen:
             continue

@@ -3,22 +3,28 @@
 A student's part is chosen from the student's name alone (``part_of``: SHA-256 of the name, mod N), so every
 machine that is given the same class, in any order, agrees on who is in which part, and every student is in
 exactly one. K counts from 0, as a Kubernetes Indexed Job's completion index and a Slurm array's `--array=0-3`
-do. Each part's gradebook carries what it was graded as (``facts``: the labs, the limits with the seed, K and N)
-in its first line, a CSV comment (`# labkit grade part {...}`), and in its JSON twin's "part"; ``merge`` refuses
-parts that disagree on any of them, a part missing or given twice, and a student in two parts (or in a part the
-name does not belong to), naming what differs.
+do. Each part's gradebook carries what it was graded as (``facts``: the labs, the limits with the seed, K and N,
+and the roster: the whole class's names as that machine found them, and their SHA-256) in its first line, a CSV
+comment (`# labkit grade part {...}`), and in its JSON twin's "part"; ``merge`` refuses parts that disagree on any
+of them (for rosters, naming the students one has and the other lacks), a part missing or given twice, a student
+in two parts (or in a part the name does not belong to, or on no roster), and a student of the roster in no part,
+naming what differs. A part's files are checked as they are read: what is missing or malformed is named, with the
+file.
 """
 from __future__ import annotations
 
 import csv
 import hashlib
 import json
+import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from labkit.course.grade.report import COLUMNS, Row, ordered
 
-__all__ = ["MARK", "ShardError", "parse", "part_of", "facts", "read", "merge"]
+__all__ = ["MARK", "ShardError", "parse", "part_of", "roster_of", "facts", "read", "merge", "written",
+           "check_out"]
 
 MARK = "# labkit grade part "  # the first line of a part's CSV, before its JSON facts
 
@@ -46,9 +52,51 @@ def part_of(student: str, n: int) -> int:
     return int.from_bytes(digest[:8], "big") % n
 
 
-def facts(labs: list[str], limits: dict, k: int, n: int) -> dict:
-    """What a part was graded as: merge joins only parts that agree on all of it but K."""
-    return {"labs": sorted(labs), "limits": limits, "shard": [k, n]}
+def _as_written(name: str) -> str:
+    return name.encode("utf-8", "replace").decode("utf-8")  # as the gradebook writes it (report._text)
+
+
+def roster_of(students: Iterable[str]) -> dict:
+    """The class a part was split from: its names (each once, sorted, as the gradebook writes them) and their
+    SHA-256 (of the names joined by newlines, which no name holds), which every part of one class shares."""
+    names = sorted({_as_written(s) for s in students})
+    return {"sha256": hashlib.sha256("\n".join(names).encode("utf-8")).hexdigest(), "students": names}
+
+
+def facts(labs: list[str], limits: dict, k: int, n: int, roster: Iterable[str] | None = None) -> dict:
+    """What a part was graded as: merge joins only parts that agree on all of it but K. `roster`: the name of every
+    file of the class to be graded (other labs' files left out), before the split; merge refuses a part without
+    one."""
+    found = {"labs": sorted(labs), "limits": limits, "shard": [k, n]}
+    return found if roster is None else {**found, "roster": roster_of(roster)}
+
+
+def _checked(found: object, where: str) -> dict:
+    """A part's facts as read from `where`, each checked, so that merge never meets a KeyError."""
+    if not isinstance(found, dict):
+        raise ShardError(f"{where}: its part is {found!r}, not an object of facts (labs, limits, shard, roster)")
+    lacks = [key for key in ("labs", "limits", "shard") if key not in found]
+    if lacks:
+        raise ShardError(f"{where}: its facts lack {', '.join(map(repr, lacks))} (a part written by hand?)")
+    shard = found["shard"]
+    if not (isinstance(shard, list) and len(shard) == 2 and all(type(v) is int for v in shard)
+            and 0 <= shard[0] < shard[1]):
+        raise ShardError(f"{where}: shard {shard!r} is not [K, N] with 0 <= K < N")
+    if not isinstance(found["labs"], list) or not isinstance(found["limits"], dict):
+        raise ShardError(f"{where}: labs {found['labs']!r} and limits {found['limits']!r} are not a list and an "
+                         "object")
+    if "roster" not in found:
+        raise ShardError(f"{where}: its facts have no roster (the class it was split from): written by a labkit "
+                         "from before parts recorded one, so merge cannot tell that the parts cover one class; "
+                         "grade the parts again with this kit")
+    roster = found["roster"]
+    names = roster.get("students") if isinstance(roster, dict) else None
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ShardError(f"{where}: its roster is {roster!r:.200}, not {{\"sha256\": ..., \"students\": [...]}}")
+    if roster_of(names) != roster:
+        raise ShardError(f"{where}: its roster's sha256 {roster.get('sha256')!r} is not that of its {len(names)} "
+                         f"names, sorted ({roster_of(names)['sha256']}): edited or cut?")
+    return found
 
 
 def _unarmed(value: str) -> str:
@@ -63,34 +111,63 @@ def _rows_of_csv(lines: list[str], path: Path) -> list[Row]:
     return [Row(*(_unarmed(r[c]) for c in COLUMNS[:-1]), float(r["seconds"] or 0)) for r in reader]
 
 
-def _rows_of_json(whole: dict) -> list[Row]:
-    return [Row(**{c: r[c] for c in COLUMNS}) for r in whole["rows"]]
+def _rows_of_json(whole: dict, where: str) -> list[Row]:
+    rows = whole.get("rows")
+    if "rows" not in whole:
+        raise ShardError(f"{where}: no 'rows' (a gradebook's JSON holds limits, part, rows and students)")
+    if not isinstance(rows, list):
+        raise ShardError(f"{where}: 'rows' is not a list but {type(rows).__name__}")
+    for i, row in enumerate(rows, 1):
+        lacks = [c for c in COLUMNS if c not in row] if isinstance(row, dict) else list(COLUMNS)
+        if lacks:
+            raise ShardError(f"{where}: row {i} lacks {', '.join(map(repr, lacks))} (a row has {list(COLUMNS)})")
+    return [Row(**{c: r[c] for c in COLUMNS}) for r in rows]
+
+
+def _json(text: str, where: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ShardError(f"{where}: not JSON ({e})") from None
+
+
+def _whole(path: Path, where: str) -> dict:
+    """A gradebook's JSON, the part's own or the twin beside its CSV."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as e:
+        raise ShardError(f"{where}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    whole = _json(text, where)
+    if not isinstance(whole, dict):
+        raise ShardError(f"{where}: not a JSON object of a gradebook (it holds a {type(whole).__name__})")
+    return whole
 
 
 def read(path: Path) -> tuple[dict, list[Row]]:
     """(a part's facts, its rows) from its CSV (rows whole from the JSON twin beside it, where it is: the CSV cuts
     long messages) or its JSON (`--json`)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ShardError(f"{path}: cannot be read ({e.strerror})") from None
     if path.suffix == ".json":
-        whole = json.loads(text)
+        whole = _whole(path, str(path))
         if "part" not in whole:
             raise ShardError(f"{path}: not a part (a gradebook written without --shard K/N)")
-        return whole["part"], _rows_of_json(whole)
+        return _checked(whole["part"], str(path)), _rows_of_json(whole, str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as e:
+        raise ShardError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
     first, _, rest = text.partition("\n")
     if not first.startswith(MARK):
         raise ShardError(f"{path}: not a part: its first line is not `{MARK}{{...}}` (a gradebook written without "
                          "--shard K/N?)")
-    found = json.loads(first[len(MARK):])
+    found = _checked(_json(first[len(MARK):], f"{path}: its first line, after `{MARK.strip()}`,"), str(path))
     twin = path.with_suffix(".json")
-    if twin.is_file():
-        whole = json.loads(twin.read_text(encoding="utf-8"))
-        if whole.get("part") != found:
-            raise ShardError(f"{twin}, beside {path}, is another part's ({whole.get('part')}, not {found})")
-        return found, _rows_of_json(whole)
-    return found, _rows_of_csv(rest.splitlines(), path)
+    if not twin.is_file():
+        return found, _rows_of_csv(rest.splitlines(), path)
+    where = f"{twin} (the JSON beside {path}, read for the rows whole)"
+    whole = _whole(twin, where)
+    if whole.get("part") != found:
+        raise ShardError(f"{where} is another part's ({str(whole.get('part'))[:200]}, not {str(found)[:200]})")
+    return found, _rows_of_json(whole, where)
 
 
 def _differ(a: dict, b: dict) -> str:
@@ -99,6 +176,36 @@ def _differ(a: dict, b: dict) -> str:
                                                 for k in sorted(set(a["limits"]) | set(b["limits"]))]
     keys.append(("N", a["shard"][1], b["shard"][1]))
     return "; ".join(f"{name} {x!r} against {y!r}" for name, x, y in keys if x != y)
+
+
+def _some(names: list[str], most: int = 10) -> str:
+    shown = ", ".join(map(repr, names[:most]))
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _other_class(a_path: Path, a: dict, b_path: Path, b: dict) -> str:
+    """Why parts `a` and `b` were not split from one class ("" when they were)."""
+    ra, rb = a["roster"], b["roster"]
+    if ra["sha256"] == rb["sha256"]:
+        return ""
+    only_a = sorted(set(ra["students"]) - set(rb["students"]))
+    only_b = sorted(set(rb["students"]) - set(ra["students"]))
+    lacks = "; ".join(f"{one} has {_some(names)}, which {other} lacks" for one, other, names in
+                      ((b_path, a_path, only_b), (a_path, b_path, only_a)) if names)
+    return (f"{b_path} and {a_path} were split from different classes: their rosters differ (sha256 "
+            f"{rb['sha256'][:16]}... of {len(rb['students'])} names against {ra['sha256'][:16]}... of "
+            f"{len(ra['students'])}): {lacks}. Every machine must find the same files (one folder, given alike)")
+
+
+def _uncovered(roster: dict, owner: dict[str, Path], by_k: dict[int, Path], n: int) -> str:
+    """The students of the roster that no part graded, each with the part its name belongs to ("" when none)."""
+    missing = [name for name in roster["students"] if name not in owner]
+    if not missing:
+        return ""
+    where = ", ".join(f"{name!r}: part {part_of(name, n)}/{n}, {by_k[part_of(name, n)]}" for name in missing[:10])
+    return (f"{_some(missing)} {'is' if len(missing) == 1 else 'are'} on the roster (the class every part was split "
+            f"from, {len(roster['students'])} names) but in no part ({where}): was the file missing on that "
+            "machine, or not readable there?")
 
 
 def merge(paths: list[Path]) -> tuple[dict, list[Row]]:
@@ -111,6 +218,8 @@ def merge(paths: list[Path]) -> tuple[dict, list[Row]]:
     for path, found, _ in parts:
         if _differ(first, found):
             raise ShardError(f"{path} and {first_path} are parts of different runs: {_differ(first, found)}")
+        if _other_class(first_path, first, path, found):
+            raise ShardError(_other_class(first_path, first, path, found))
         k = found["shard"][0]
         if k in by_k:
             raise ShardError(f"part {k}/{found['shard'][1]} is given twice: {by_k[k]} and {path}")
@@ -120,6 +229,7 @@ def merge(paths: list[Path]) -> tuple[dict, list[Row]]:
     if missing:
         raise ShardError(f"parts {', '.join(f'{k}/{n}' for k in missing)} are missing (given: "
                          f"{', '.join(f'{k}/{n}' for k in sorted(by_k))}): merge joins all N parts")
+    roster = set(first["roster"]["students"])
     owner: dict[str, Path] = {}
     rows: list[Row] = []
     for path, found, got in parts:
@@ -130,6 +240,34 @@ def merge(paths: list[Path]) -> tuple[dict, list[Row]]:
             if part_of(student, n) != k:
                 raise ShardError(f"{student!r} is in {path} (part {k}/{n}), but that name belongs to part "
                                  f"{part_of(student, n)}/{n}: not a part of this class's split")
+            if student not in roster:
+                raise ShardError(f"{student!r} is in {path} but not on the roster its part was split from "
+                                 f"({len(roster)} names, sha256 {first['roster']['sha256'][:16]}...)")
             owner[student] = path
         rows += got
+    if _uncovered(first["roster"], owner, by_k, n):
+        raise ShardError(_uncovered(first["roster"], owner, by_k, n))
     return first["limits"], ordered(rows)
+
+
+def written(out: Path, as_json: bool) -> list[Path]:
+    """The files report.write writes for the gradebook `out`."""
+    return [out] if as_json else [out, out.with_suffix(".json"), out.with_name(f"{out.stem}_students.csv")]
+
+
+def check_out(out: Path, as_json: bool, parts: list[Path]) -> None:
+    """Refuse an --out of merge that is a folder, lies below a file, or would write over a part given (or the JSON
+    beside one, which merge reads)."""
+    if out.is_dir():
+        raise ShardError(f"--out {out}: a folder; name the gradebook's file in it ({out / 'grades.csv'})")
+    above = next((p for p in out.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ShardError(f"--out {out}: {above} is a file, not a folder; --out names a file in a folder that is "
+                         "there or can be made")
+    given = [q for p in parts for q in (p, p.with_suffix(".json")) if q.is_file()]
+    for target in written(out, as_json):
+        hit = next((q for q in given if target.exists() and os.path.samefile(target, q)), None)
+        if hit is not None:
+            same = f"{target}" if str(target) == str(hit) else f"{target}, which is {hit}"
+            raise ShardError(f"--out {out} would write {same}, a part given (or the JSON beside one, which merge "
+                             "reads): name a gradebook apart from the parts")
