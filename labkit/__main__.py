@@ -269,11 +269,12 @@ def _grade(args: argparse.Namespace) -> int:
     race, raced = _race(args, labs, shard, limits)
     if race == {}:
         return 2
+    roster: list[str] = []  # the whole class's names, as this machine found them: the part's facts carry them
     try:
         rows = grade.grade(ROOT, [Path(p).absolute() for p in args.submissions], labs, limits, args.jobs, hidden,
                            use_sandbox=not args.no_sandbox,
                            executed=Path(args.executed).resolve() if args.executed else None, seed=seed, shard=shard,
-                           race=race, raced=raced)
+                           race=race, raced=raced, roster=roster)
     except grade.GradeError as e:
         print(f"labkit grade: {e}", file=sys.stderr)
         return 2
@@ -283,7 +284,7 @@ def _grade(args: argparse.Namespace) -> int:
     if unknown and shard is None:  # a part may hold no student of an exercise the table names
         print(f"labkit grade: --points names {', '.join(unknown)}, not an exercise graded here; those points count "
               "for nothing (each graded exercise it does not name is worth 1)", file=sys.stderr)
-    part = shards.facts(labs, limits, *shard) if shard is not None else None
+    part = shards.facts(labs, limits, *shard, roster=roster) if shard is not None else None
     if part is not None:
         print(f"labkit grade: part {shard[0]}/{shard[1]} of the class ({len({r.student for r in rows})} students); "
               f"join the parts with `python -m labkit grade merge PART.csv...`")

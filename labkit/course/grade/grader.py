@@ -234,10 +234,11 @@ def preflight(grader: Grader) -> str | None:
 def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: int, hidden: list[Path],
           use_sandbox: bool = True, executed: Path | None = None, progress: bool = True,
           seed: int | None = None, shard: tuple[int, int] | None = None, race: dict | None = None,
-          raced: dict | None = None) -> list[Row]:
+          raced: dict | None = None, roster: list[str] | None = None) -> list[Row]:
     """Rows for every submission under `paths`, graded `jobs` at a time, in the gradebook's order (report.ordered);
     with `shard` (K, N), only the students of part K of N (shards.part_of: named as in the whole class first); with
-    `race` (leaderboard.prepare's), each lab 07 planner raced too, what came of it put in `raced` by student."""
+    `race` (leaderboard.prepare's), each lab 07 planner raced too, what came of it put in `raced` by student; with
+    `roster` (a list), the name of every submission of the class, before the split, put in it (shards.facts)."""
     if use_sandbox:
         problem = sandbox.unusable()
         if problem:
@@ -253,6 +254,8 @@ def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: in
         stems = {p.stem for p in grader.notebooks.values()}
         other_labs = {p.stem for n, p in grader.notebooks.items() if n not in labs}
         returned = [r for r in files.discover(paths, stems) if r.path.stem not in other_labs]
+        if roster is not None:
+            roster += [r.student for r in returned]  # the whole class: merge checks that the parts cover it
         if shard is not None:
             returned = [r for r in returned if shards.part_of(r.student, shard[1]) == shard[0]]
         for r in returned:
