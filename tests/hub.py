@@ -22,12 +22,15 @@ from jupyter_browser import (_CELLS, _CURRENT, _IDLE, _OPEN, _RUN_ALL, _STARTED,
                              end_group)
 
 PROXY = shutil.which("configurable-http-proxy")
-_RESTART = """async () => {
-  const kernels = window.jupyterapp.serviceManager.kernels;
-  await kernels.refreshRunning();
-  const running = [...kernels.running()];
-  for (const model of running) await kernels.connectTo({model}).restart();
-  return running.length;
+_RESTART = """async () => {  // each open notebook's kernel, through the notebook's own connection (its status follows)
+  let restarted = 0;
+  for (const widget of window.jupyterapp.shell.widgets('main')) {
+    const kernel = widget.sessionContext && widget.sessionContext.session && widget.sessionContext.session.kernel;
+    if (!kernel) continue;
+    await kernel.restart();
+    restarted += 1;
+  }
+  return restarted;
 }"""
 PASSWORD = "labkit-hub-test"  # the shared password every student logs in with
 CONFIG = """
