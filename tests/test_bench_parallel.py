@@ -67,6 +67,20 @@ def test_the_sharded_block_computes_what_the_unsharded_one_does(tiny):
 
 @needs_gloo
 @pytest.mark.slow
+def test_bfloat16_without_dropout_two_heads_per_rank_is_predicted_too():
+    """Departures 1, 4 and 5 of labkit.bench.parallel_terms: 2-byte activations and statistics, no masks (attention
+    over V multiplies the softmax's own output), q, k and v copied rather than viewed."""
+    cfg = GPTConfig(seq=16, batch=2, hidden=32, heads=4, n_layers=1, dtype=torch.bfloat16, dropout=0.0)
+    found = parallel(cfg=cfg)
+    for c in CONFIGURATIONS:
+        f = found["configurations"][c]
+        assert f["measured_by_module"] == [f["predicted_by_module"]] * RANKS, c
+    assert found["worst_rel_error"] == 0.0 and found["bar_holds"] is True
+    assert found["numerics_match"] is True and found["tolerance"] == {"rtol": 2 ** -4, "atol": 2 ** -4}
+
+
+@needs_gloo
+@pytest.mark.slow
 def test_qkv_rows_left_in_place_fail_the_numerics_but_not_the_bytes():
     """The planted mistake: ColwiseParallel on the fused qkv as it is gives rank 0 every head's q. The bytes
     cannot tell (the same shapes are saved); the numerics do."""

@@ -14,8 +14,9 @@ Where the kit's block departs from that accounting (See Departure N in the term 
 
 1. Element sizes: every activation has the block's dtype's element size A (4 in float32), every dropout mask 1
    byte (the kit's Dropout calls ``torch.native_dropout``, which saves a bool mask on every device).
-2. LayerNorm statistics: ``native_layer_norm`` also saves its mean and rstd, (b, s, 1) each in the dtype on a
-   CPU, which the paper leaves out; sequence parallelism splits them with the sequence.
+2. LayerNorm statistics: ``native_layer_norm`` also saves its mean and rstd, (b, s, 1) each, which the paper
+   leaves out; sequence parallelism splits them with the sequence. On a CPU they are in the block's dtype
+   (bfloat16 measured too); a device that keeps them in float32 for a 16-bit block would need 4 bytes here.
 3. Sequence parallelism as torch builds it: ``PrepareModuleInput`` all-gathers the LayerNorm's output before
    the qkv and fc1 Linears (Shard(1) -> Replicate), and the Linear saves what it multiplied, the gathered
    (b, s, h) tensor, on every rank. Megatron-LM keeps the rank's sequence shard and gathers again in backward,
