@@ -5,12 +5,15 @@ lab 07 notebooks (the solution, a planner over budget, a stub) in the sandbox an
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
+import torch
 
 from labkit.course.grade import leaderboard, sandbox
 from labkit.plans import BlockCosts, Option, Profile, Step
@@ -27,9 +30,32 @@ def test_a_plan_comes_back_as_data_and_only_a_plan_of_the_model_s_blocks_is_race
     assert leaderboard.plan_of([Step(0, 2, "recompute")], profile)[0] == [[0, 2, "recompute"]]
     for bad, why in (([Step(0, 1, "keep")], "covers blocks 0..1"), ([Step(1, 2, "keep")], "in order"),
                      ([Step(0, 1, "keep"), Step(1, 2, "selective")], "not a way block 1 offers"),
-                     (None, "NoneType"), ([[0, 2, "recompute"]], "in order")):
+                     (None, "NoneType"), ([[0, 2, "recompute"]], "item 0 is a list, not a Step")):
         assert leaderboard.plan_of(bad, profile)[0] is None and why in leaderboard.plan_of(bad, profile)[1]
 
+
+
+class Index(str):
+    """A str that is not a str: what a student's planner might return for a way."""
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("start", torch.tensor(0), "Tensor"), ("stop", 2.0, "float"), ("start", False, "bool"),
+    ("stop", np.int64(2), "int64"), ("how", Index("recompute"), "Index"), ("how", None, "NoneType")])
+def test_a_plan_whose_fields_are_not_plain_ints_and_strs_is_refused_naming_the_field(field, value, named):
+    """A plan comes back as data from the box; json.dumps of a tensor in a Step crashed the judge (and every
+    submission it graded after): only plain ints and strs are raced, and the refusal names the field's type."""
+    profile = Profile((BlockCosts(4, 1, 1.0), BlockCosts(4, 1, 1.0)), 0, 0, 1.0)
+    fields = {"start": 0, "stop": 2, "how": "recompute", field: value}
+    steps, why = leaderboard.plan_of([Step(**fields)], profile)
+    assert steps is None and f"{field} is a {named}" in why and "int" in why and "str" in why, why
+
+
+def test_a_plan_accepted_is_rebuilt_of_plain_values():
+    profile = Profile((BlockCosts(4, 1, 1.0, {"selective": Option(2, 4, 0.5)}), BlockCosts(4, 1, 1.0)), 0, 0, 1.0)
+    steps, why = leaderboard.plan_of((Step(0, 1, "selective"), Step(1, 2, "keep")), profile)
+    assert why == "" and steps == [[0, 1, "selective"], [1, 2, "keep"]]
+    assert [[type(v) for v in s] for s in steps] == [[int, int, str]] * 2 and json.loads(json.dumps(steps)) == steps
 
 def test_only_fitting_plans_rank_ties_share_a_rank_and_every_student_has_a_row(tmp_path):
     race = {"budgets": [100, 200]}
@@ -50,6 +76,15 @@ def test_only_fitting_plans_rank_ties_share_a_rank_and_every_student_has_a_row(t
     text = page.read_text()
     assert "<script" not in text and "http" not in text and "&lt;" not in text and text.count("<table>") == 2
 
+
+
+def test_ratios_within_the_tie_tolerance_of_a_rank_s_fastest_share_its_rank():
+    """Times in a box are noisy: a plan within leaderboard.TIE (relative) of the fastest plan of a rank shares it."""
+    assert leaderboard.TIE == 0.02
+    raced = {name: {"budgets": [{"budget": 100, "plan": "p", "peak": 50, "over_reference": ratio}]}
+             for name, ratio in (("a", 1.0), ("b", 1.015), ("c", 1.025), ("d", 1.04), ("e", 0.9))}
+    ranks = {r["student"]: r["rank"] for r in leaderboard.rows({"budgets": [100]}, raced)}
+    assert ranks == {"e": 1, "a": 2, "b": 2, "c": 4, "d": 4}
 
 def _lab07(nb: nbformat.NotebookNode, plan_blocks: str | None) -> nbformat.NotebookNode:
     """Lab 07's solution without outputs; with `plan_blocks`, its answer's body replaced by that line."""

@@ -241,13 +241,17 @@ class Judge:
         """The student's planner at each budget (in a child that loads the program, called from here), then each
         plan that is one raced against the reference's (in a child that runs none of the student's code):
         {"budgets": [{budget, plan, peak, over_reference, why}, ...]}."""
+        from labkit.course.grade import leaderboard
+
         profile = pickle.loads(base64.b64decode(race["profile"]))
         planned = self._plans(channel, job, profile, race["budgets"])
         mine = {str(b): p["steps"] for b, p in planned.items() if p.get("steps")}
         measured: dict = {}
         if mine:
-            channel.deadline = time.monotonic() + self.seconds + 10
-            channel.send({"op": "race", "plans": mine, "reference": {b: race["reference"][b] for b in mine}})
+            limit = leaderboard.race_seconds(profile.step, len(mine), self.seconds)
+            channel.deadline = time.monotonic() + limit + 10  # the worker ends the race at `limit`
+            channel.send({"op": "race", "plans": mine, "reference": {b: race["reference"][b] for b in mine},
+                          "seconds": limit})
             try:
                 measured = channel.from_child()
                 while True:  # nothing more comes but its end (it runs none of the student's code)
@@ -256,7 +260,10 @@ class Judge:
                 if not str(e).startswith("ended: "):
                     raise
                 if channel.ended.get("how") == "timeout":
-                    measured = {"why": f"the race ran past its time limit ({self.seconds:g} s)"}
+                    measured = {"why": f"the race ran past its time limit ({limit:g} s: the larger of an exercise's "
+                                       f"{self.seconds:g} s and {leaderboard.SLACK} times its "
+                                       f"{leaderboard.race_steps(len(mine))} steps at the model's plain step of "
+                                       f"{profile.step:.3g} s)"}
             if measured.get("op") != "raced":
                 why = measured.get("why") or f"the race's process ended (exit status {channel.ended.get('status')})"
                 return {"why": f"not raced: {why}"}
@@ -270,6 +277,14 @@ class Judge:
                 row["why"] = f"not raced: {str(got.get('error') if isinstance(got, dict) else got)[:200]}"
             out.append(row)
         return {"budgets": out}
+
+    def _raced(self, channel: _Channel, job: dict, race: dict) -> dict:
+        """``_race``'s answer, or, where the race raised (a bug of the grader's, say), a row that says so: the
+        exercises graded before it keep their outcomes."""
+        try:
+            return self._race(channel, job, race)
+        except Exception as e:  # noqa: BLE001  (BoxGone is no Exception: a box that died still ends the run)
+            return {"why": f"not raced: the judge's race raised {type(e).__name__}: {_first_line(str(e))[:200]}"}
 
     def _plans(self, channel: _Channel, job: dict, profile: Any, budgets: list[int]) -> dict[int, dict]:
         """budget -> {"steps": the plan, "plan": its line} or {"why": why there is none}, from the student's
@@ -337,7 +352,7 @@ class Judge:
                 outcomes[exercise["id"]] = self._exercise(channel, job, exercise)
             if race is not None:
                 self.raced = {"why": f"not raced: the notebook's time limit ({self.total:g} s) ran out"} \
-                    if time.monotonic() - started > self.total else self._race(channel, job, race)
+                    if time.monotonic() - started > self.total else self._raced(channel, job, race)
             channel.deadline = time.monotonic() + 5
             channel.send({"op": "quit"})
         except BoxGone as e:
@@ -454,13 +469,23 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
     """`python -m labkit.course.grade.judge`: grade the submissions the grader sends, one JSON line each
     ({"argv", "job", "env", "cwd", "limits"}), answering one JSON line each ({"outcomes", "ended"}). A process of its
     own per job slot, so that the checkers that run here (torch's generators, its modes) never share one with
-    another submission's."""
-    import json
+    another submission's. Whatever grading one submission raises is that submission's answer: the next is served."""
     import sys
 
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     sys.stdout = sys.stderr  # whatever else prints here (a checker's pass line) stays off the protocol's line
     for line in stdin:
+        stdout.write(_answer(line) + "\n")
+        stdout.flush()
+
+
+def _answer(line: str) -> str:
+    """The answer line to one request line: what came of the submission, or, where grading it raised (a value no
+    JSON holds, a bug), why it was not graded, as its own error."""
+    import json
+
+    request: Any = None
+    try:
         request = json.loads(line)
         limits = request["limits"]
         judge = Judge(limits["cell_timeout"], int(limits["memory_gib"] * 2**30), limits["processes"],
@@ -468,9 +493,11 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
         outcomes, ended = judge.run(request["argv"], request["job"], request.get("env"),
                                     Path(request["cwd"]) if request.get("cwd") else None, request.get("race"))
         raced = {"race": judge.raced} if request.get("race") else {}
-        stdout.write(json.dumps({"outcomes": {ex: vars(o) for ex, o in outcomes.items()}, "ended": ended, **raced})
-                     + "\n")
-        stdout.flush()
+        return json.dumps({"outcomes": {ex: vars(o) for ex, o in outcomes.items()}, "ended": ended, **raced})
+    except Exception as e:  # noqa: BLE001  (this submission's error: the judge lives on for the next)
+        why = f"the judge could not grade this submission ({type(e).__name__}: {_first_line(str(e))[:200]})"
+        raced = {"race": {"why": f"not raced: {why}"}} if isinstance(request, dict) and request.get("race") else {}
+        return json.dumps({"outcomes": {}, "ended": why, **raced})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ student's code (worker.race) trains the same model under each plan: the meter's 
 step's time over the reference plan's, timed in alternating pairs in that box. A plan fits when its measured
 peak is at most the budget, to the byte; a plan over budget never ranks; a planner that raised, returned no plan
 or a plan that is not one of the model's is a row that says why. ``rows`` ranks each budget's fitting plans by
-their time ratio (ties share a rank), ``write`` writes leaderboard.csv and a static leaderboard.html.
+their time ratio (plans within ``TIE`` of a rank's fastest share it), ``write`` writes leaderboard.csv and a static
+leaderboard.html. The race runs alone in its box (worker.py ends every other process of the box first) and within
+``race_seconds``, sized from the profile's measured step.
 """
 from __future__ import annotations
 
@@ -24,17 +26,22 @@ from typing import Any
 
 from labkit.plans import RECOMPUTE, Profile, Step, describe
 
-__all__ = ["LAB", "COUNT", "REPEATS", "COLUMNS", "prepare", "plan_of", "fill", "rows", "write", "described"]
+__all__ = ["LAB", "COUNT", "REPEATS", "TIE", "SLACK", "COLUMNS", "prepare", "plan_of", "race_steps", "race_seconds",
+           "fill", "rows", "write", "described"]
 
 LAB = "07"
 COUNT = 5  # budgets: as many as bench plan races the peers at
 REPEATS = 5  # alternating pairs per budget (a tiny step takes milliseconds)
+TIE = 0.02  # ratios within 2% of a rank's fastest plan share its rank: a box's timing noise is about that size
+SLACK = 10  # the race's limit over its steps at the plain step: a plan's step may take twice as long, on a share of
+#             the cores (a box has cpu_count / --jobs threads; the profile was timed with all of them)
 COLUMNS = ("budget", "student", "fits", "peak", "over_reference", "rank", "plan", "why")
 
 
 def prepare(reference: Callable[[Profile, int], list[Step]], profile_name: str) -> dict[str, Any]:
     """The race every box runs: {"profile": the capstone's Profile, pickled (the judge hands it to each planner),
-    "budgets": [...], "reference": {str(budget): [[start, stop, how], ...]}}."""
+    "budgets": [...], "reference": {str(budget): [[start, stop, how], ...]}, "step": the profile's plain step's
+    seconds, measured here (``race_seconds`` sizes the race's limit from it)}."""
     import torch
 
     from labkit.bench.lab07 import capstone
@@ -46,7 +53,8 @@ def prepare(reference: Callable[[Profile, int], list[Step]], profile_name: str) 
         profile = capstone(sizes(profile_name)).profile
     chosen = budgets(profile, len(profile.blocks), COUNT)
     plans = {str(b): _steps(reference(profile, b)) for b in chosen}
-    return {"profile": base64.b64encode(pickle.dumps(profile)).decode(), "budgets": chosen, "reference": plans}
+    return {"profile": base64.b64encode(pickle.dumps(profile)).decode(), "budgets": chosen, "reference": plans,
+            "step": profile.step}
 
 
 def _steps(plan: list[Step]) -> list[list]:
@@ -54,20 +62,51 @@ def _steps(plan: list[Step]) -> list[list]:
 
 
 def plan_of(value: Any, profile: Profile) -> tuple[list[list] | None, str]:
-    """(the plan as [[start, stop, how], ...], "") when `value`, what a student's planner returned, is a plan of the
-    profile's blocks: Steps covering them in order, each way one the block offers; else (None, why not)."""
-    if not isinstance(value, list) or not value:
+    """(the plan as [[start, stop, how], ...] of plain ints and strs, "") when `value`, what a student's planner
+    returned (rebuilt from the box's answer), is a plan of the profile's blocks: Steps covering them in order, each
+    way one the block offers; else (None, why not). The plan goes on as JSON and into the kit's code, so a field that
+    is not exactly an int or a str (a bool, a float, a tensor, a numpy scalar) is refused, not converted."""
+    if type(value) not in (list, tuple) or not value:
         return None, f"plan_for returned {type(value).__name__}, not a list of Step"
+    steps = []
+    for i, s in enumerate(value):
+        why = f"item {i} is a {type(s).__name__}, not a Step" if type(s) is not Step else _unplain(s)
+        if why:
+            return None, f"plan_for's plan: {why}"
+        steps.append([s.start, s.stop, s.how])
     at, n = 0, len(profile.blocks)
-    for s in value:
-        if not isinstance(s, Step) or s.start != at or not s.start < s.stop <= n:
+    for start, stop, how in steps:
+        if start != at or not start < stop <= n:
             return None, f"not a plan of blocks 0..{n} in order: {value!r:.120}"
-        if s.how != RECOMPUTE and (s.stop != s.start + 1 or s.how not in profile.blocks[s.start].ways()):
-            return None, f"step {s!r:.60} is not a way block {s.start} offers ({', '.join(profile.blocks[s.start].ways())})"
-        at = s.stop
+        if how != RECOMPUTE and (stop != start + 1 or how not in profile.blocks[start].ways()):
+            return None, (f"step {Step(start, stop, how)!r:.60} is not a way block {start} offers "
+                          f"({', '.join(profile.blocks[start].ways())})")
+        at = stop
     if at != n:
         return None, f"the plan covers blocks 0..{at}, not all {n}"
-    return _steps(value), ""
+    return steps, ""
+
+
+def _unplain(step: Step) -> str:
+    """Why `step`'s fields are not the plain values a plan is sent on as ("" when they are)."""
+    for name, kind in (("start", int), ("stop", int), ("how", str)):
+        value = getattr(step, name)
+        if type(value) is not kind:
+            return (f"{step!r:.80}: its {name} is a {type(value).__name__} ({value!r:.40}); a Step's start and stop "
+                    "must be plain ints and its how a plain str")
+    return ""
+
+
+def race_steps(budgets: int) -> int:
+    """The training steps worker.race runs for `budgets` plans: one to warm, then per plan the meter's two and
+    compare's warm-up and REPEATS pairs (two steps each)."""
+    return 1 + budgets * (2 + 2 * (1 + REPEATS))
+
+
+def race_seconds(step: float, budgets: int, seconds: float) -> float:
+    """The race's time limit: SLACK times its steps at `step`, the plain step's seconds ``prepare`` measured (the
+    profile's), and never less than `seconds`, one exercise's limit."""
+    return float(max(seconds, SLACK * race_steps(budgets) * step))
 
 
 def fill(raced: dict[str, dict], graded: list) -> None:
@@ -79,11 +118,16 @@ def fill(raced: dict[str, dict], graded: list) -> None:
 
 
 def _rank(entries: list[dict]) -> None:
-    """Rank the fitting entries of one budget by their time over the reference's (1 is the fastest; ties share)."""
+    """Rank the fitting entries of one budget by their time over the reference's (1 is the fastest): a plan within
+    TIE (relative) of the fastest plan of the rank before it shares that rank; the next that is not takes its place
+    in the order (1, 1, 3)."""
     fitting = sorted((e for e in entries if e["fits"] is True), key=lambda e: e["over_reference"])
+    lead = None  # the fastest plan of the rank being handed out
     for i, e in enumerate(fitting):
-        tied = i and e["over_reference"] == fitting[i - 1]["over_reference"]
-        e["rank"] = fitting[i - 1]["rank"] if tied else i + 1
+        if lead is None or e["over_reference"] > lead["over_reference"] * (1 + TIE):
+            lead, e["rank"] = e, i + 1
+        else:
+            e["rank"] = lead["rank"]
 
 
 def rows(race: dict[str, Any], raced: dict[str, dict]) -> list[dict]:
@@ -140,7 +184,8 @@ def _html(table: list[dict]) -> str:
              "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}tr.out td{color:#888}</style></head><body>",
              "<h1>Lab 07: the planners at the lab's budgets</h1><p>Each plan's step, timed in alternating pairs "
              "against the kit's reference planner's in the same box (below 1: faster); a plan fits when the meter's "
-             "peak of its step is at most the budget. A plan over budget is not ranked.</p>"]
+             f"peak of its step is at most the budget. A plan over budget is not ranked; plans within {TIE:.0%} of a "
+             "rank's fastest share its rank.</p>"]
     for budget in dict.fromkeys(r["budget"] for r in table):
         here = sorted((r for r in table if r["budget"] == budget),
                       key=lambda r: (r["rank"] == "", r["rank"] or 0, r["student"]))

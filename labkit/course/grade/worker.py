@@ -14,7 +14,8 @@ in a fresh namespace, then either
 
 This process relays every message between the judge and the child, so the child never holds the judge's pipes;
 it kills a child past the time limit and reports how each child ended. It is not dumpable: a child (same user)
-cannot attach to it or read its memory.
+cannot attach to it or read its memory. Lab 07's leaderboard race (``race``) runs last, alone: every other process
+of the box is ended first (``_alone``).
 """
 from __future__ import annotations
 
@@ -306,8 +307,9 @@ def _relay(judge_in: int, judge_out: int, pid: int, from_child: int, to_child: i
 
 def run(job: dict, judge_in: int, judge_out: int, memory: int | None, seconds: float) -> None:
     """Serve the judge: {"op": "start", "exercise": {...}} forks a child that loads the program; {"op": "race", ...}
-    one that races plans and loads nothing of the student's (``race``); {"op": "quit"} ends (anything else the
-    judge sent for a child that has ended meanwhile is dropped)."""
+    ends every other process of the box, then forks one that races plans and loads nothing of the student's
+    (``race``), limited to the message's "seconds"; {"op": "quit"} ends (anything else the judge sent for a child
+    that has ended meanwhile is dropped)."""
     while True:
         message = wire.receive(judge_in)
         if message.get("op") == "quit":
@@ -316,7 +318,9 @@ def run(job: dict, judge_in: int, judge_out: int, memory: int | None, seconds: f
             _fork(lambda fd_in, fd_out: child(job, message["exercise"], fd_in, fd_out, memory), judge_in, judge_out,
                   seconds)
         elif message.get("op") == "race":
-            _fork(lambda fd_in, fd_out: race(message, fd_out, memory), judge_in, judge_out, seconds)
+            left = _alone()
+            _fork(lambda fd_in, fd_out: race(message, fd_out, memory, left), judge_in, judge_out,
+                  float(message.get("seconds") or seconds))
 
 
 def _fork(target: Any, judge_in: int, judge_out: int, seconds: float) -> None:
@@ -339,11 +343,79 @@ def _fork(target: Any, judge_in: int, judge_out: int, seconds: float) -> None:
     wire.send(judge_out, {"op": "ended", "how": how, "status": status, "seconds": round(time.monotonic() - start, 2)})
 
 
-def race(message: dict, fd_out: int, memory: int | None, repeats: int = 5) -> None:
+# ---------------------------------------------------------------- the leaderboard's race
+def _boxed() -> bool:
+    """Whether this process is a box's worker: the child of bubblewrap's init, pid 1 of the box's own pid namespace
+    (where kill(-1) reaches no process outside the box)."""
+    try:
+        with open("/proc/1/comm") as f:
+            return os.getppid() == 1 and f.read().strip() == "bwrap"
+    except OSError:
+        return False
+
+
+def _others() -> list[int]:
+    """The living processes the race must not share the box with: in a box, every one but its init and this one;
+    without one (--no-sandbox), those below this process or in its session (the judge starts it as a session's
+    leader; a process that left the session is out of reach there)."""
+    me, boxed = os.getpid(), _boxed()
+    table: dict[int, tuple[bytes, int, int]] = {}  # pid -> (state, parent, session)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                table[int(entry)] = (fields[0], int(fields[1]), int(fields[3]))
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def mine(pid: int) -> bool:
+        seen = set()
+        while pid in table and pid not in seen:
+            seen.add(pid)
+            if table[pid][2] == me or table[pid][1] == me:
+                return True
+            pid = table[pid][1]
+        return False
+    return [p for p, (state, _, _) in table.items() if p not in (1, me) and state != b"Z" and (boxed or mine(p))]
+
+
+def _alone(rounds: int = 50) -> list[int]:
+    """End every other process of the box before the race; those still living (none, in a box). The student's code
+    may have left some that no exercise's reap caught (one that forks as fast as it can escapes a kill of each
+    process read from /proc): in a box one kill(-1) ends them all at once (the kernel signals the whole pid
+    namespace, its init and this process aside, so a fork cannot slip through); then, and without a box, each one
+    seen, until none is."""
+    if _boxed():
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # none to end
+    left = _others()
+    for _ in range(rounds):
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+        _reap()  # collects this process's children that ended
+        left = _others()
+    return left
+
+
+def race(message: dict, fd_out: int, memory: int | None, left: list[int] | None = None, repeats: int = 5) -> None:
     """The leaderboard's race, in a child that loads none of the student's code (its plans came back as data and
     were checked by the judge): lab 07's model from seed 0, one steady step, then per budget the meter's peak of a
     step under the student's plan and its time over the reference plan's, in alternating pairs (the same plan is
-    the same step: 1, untimed)."""
+    the same step: 1, untimed). Not run beside a process `left` in the box (``_alone`` could not end it)."""
+    if left:
+        wire.send(fd_out, {"op": "unraced", "why": f"{len(left)} processes left in the box could not be ended "
+                                                   f"(pids {', '.join(map(str, left[:5]))}): the race would time them "
+                                                   "too"})
+        return
     from labkit.bench.lab07 import capstone_config
     from labkit.env.profile import sizes
     from labkit.instruments.timing import compare
@@ -378,6 +450,7 @@ def race(message: dict, fd_out: int, memory: int | None, repeats: int = 5) -> No
     wire.send(fd_out, {"op": "raced", "peaks": peaks})
 
 
+# ---------------------------------------------------------------- the server's start
 def warm() -> None:
     """Do once, here, what torch initialises lazily on first use (the first backward, checkpoint, dispatch mode, an
     autograd Function, saved-tensor hooks, the kit's meter), which would otherwise cost every exercise's child a
