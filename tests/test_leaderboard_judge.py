@@ -259,3 +259,26 @@ def _children() -> dict[int, list[int]]:
         except (OSError, IndexError, ValueError):
             continue
     return found
+
+
+def test_a_judge_that_died_is_replaced_and_the_next_submission_is_answered():
+    """A judge process that died (killed, or crashed serving the previous submission) is never written to again:
+    the slot starts a fresh one, and the next submission gets that judge's answer rather than an error."""
+    slot = grader.JudgeProcess(0)
+    try:
+        dead = slot.proc
+        dead.kill()
+        dead.wait()
+        answer = slot.grade({}, 120)  # a request the judge answers with an error of its own: it was served
+        assert isinstance(answer, dict) and slot.proc is not dead and slot.proc.poll() is None
+        slot.proc.kill()
+        slot.proc.wait()
+        # a judge that dies while serving: it reads the request and exits without an answer
+        dead = slot.proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline()"],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        with pytest.raises(RuntimeError, match="stopped .* a new one grades the next"):
+            slot.grade({}, 120)
+        assert slot.proc is not dead and slot.proc.poll() is None
+        assert isinstance(slot.grade({}, 120), dict)
+    finally:
+        slot.close()

@@ -51,20 +51,36 @@ class JudgeProcess:
 
     def grade(self, request: dict, seconds: float) -> dict:
         """The judge's answer to `request`; past `seconds` the judge (and with it its box) is ended and a fresh one
-        takes the slot, so that no submission holds the class's run, whatever the judge was doing."""
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
+        takes the slot, so that no submission holds the class's run, whatever the judge was doing. A judge that
+        died (before this request or while serving it) is replaced too: one submission never fails the next."""
+        if self.proc.poll() is not None:
+            self._restart()
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            status = self.proc.wait()
+            self._restart()
+            raise RuntimeError(f"the judge of slot {self.slot} had stopped (status {status}); a new one grades "
+                               "the next") from None
         if not select.select([self.proc.stdout], [], [], seconds)[0]:
-            pid = self.proc.pid
-            self.proc.kill()
-            self.proc.wait()
-            sandbox.Cgroups.remove_left(f"labkit-box-{pid}-")  # its boxes' groups, which it can no longer remove
-            self.proc = self._start()
+            self._restart()
             raise RuntimeError(f"its grading ran past {seconds:g} s (the notebook's limit and a margin)")
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the judge of slot {self.slot} stopped (status {self.proc.poll()})")
+            status = self.proc.wait()
+            self._restart()
+            raise RuntimeError(f"the judge of slot {self.slot} stopped (status {status}); a new one grades the next")
         return json.loads(line)
+
+    def _restart(self) -> None:
+        """End this slot's judge (if it still runs) and its boxes' groups, and start a fresh one."""
+        pid = self.proc.pid
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        sandbox.Cgroups.remove_left(f"labkit-box-{pid}-")  # its boxes' groups, which it can no longer remove
+        self.proc = self._start()
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -175,8 +191,10 @@ class Grader:
             request = {"job": job, "limits": self.limits, **self._command(lab, job_file, judge.slot)}
             if self.race is not None and lab == leaderboard.LAB:  # to the judge only: the box never reads the reference
                 request["race"] = self.race
+            race = 0.0 if "race" not in request else JUDGE_MARGIN + leaderboard.race_seconds(
+                self.race["step"], len(self.race["budgets"]), self.limits["cell_timeout"])  # the judge's own limit
             answer = judge.grade(request, self.limits["notebook_timeout"] + self.limits["cell_timeout"] + JUDGE_MARGIN
-                                 + (self.limits["cell_timeout"] * 2 if "race" in request else 0))
+                                 + race)
         finally:
             self.judges.put(judge)
             job_file.unlink(missing_ok=True)
