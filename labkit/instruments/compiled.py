@@ -4,21 +4,22 @@
 forward and backward (its min-cut partitioner; 1.0 is the default partition, 0.0 recomputes all it can), so a
 function is compiled under it, once per budget. The backend ``aot_eager_decomp_partition`` runs that
 partitioner and then eager kernels: no Inductor fusion, so its step times compare like for like with eager
-plans. Dynamo runs compiled code only where no dispatch mode is active, so a compiled call steps outside the
-meter and its graphs run inside it (labkit.instruments.meter: ``outside``, ``inside``). And since dynamo falls
+plans. Dynamo runs compiled code only where no dispatch mode is active, so a compiled call sets aside the modes
+active in its thread (the meter's, a ledger's) and its graphs run inside them (``outside_meters``,
+``metered_backend``). And since dynamo falls
 back to running a function eagerly without an error (a graph it cannot capture, a recompile limit reached),
 every ``Compiled`` counts the compiled graphs it ran, and ``check_ran`` refuses a step that ran none.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-
-from labkit.instruments.meter import active_meter, entered_meters
+from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
 
 __all__ = ["Compiled", "metered_backend", "outside_meters", "recompile_limits"]
 
@@ -42,8 +43,10 @@ def _code(fn: Callable[..., Any]) -> Any:
 
 
 def metered_backend(backend: Callable[..., Any], on_run: Callable[[], None] | None = None) -> Callable[..., Any]:
-    """A torch.compile backend that compiles as `backend` and runs each compiled graph inside every meter
-    entered (nested ones too), so that the graph's ops are counted as any others; on_run() before each run."""
+    """A torch.compile backend that compiles as `backend` and runs each compiled graph inside the dispatch modes
+    that ``outside_meters`` set aside in this thread (every meter, and a ledger's or a tracer's mode with them), so
+    that the graph's ops are seen as any others by exactly the modes that were active where it was called;
+    on_run() before each run."""
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         run = backend(gm, example_inputs)
 
@@ -51,18 +54,34 @@ def metered_backend(backend: Callable[..., Any], on_run: Callable[[], None] | No
             if on_run is not None:
                 on_run()
             with contextlib.ExitStack() as stack:
-                for meter in entered_meters():
-                    stack.enter_context(meter.inside())
+                for mode in getattr(_SET_ASIDE, "modes", ()):  # outermost first, as they were
+                    stack.enter_context(mode)
                 return run(*args)
         return metered
     return compile_graph
 
 
-def outside_meters() -> contextlib.AbstractContextManager[None]:
+# The dispatch modes outside_meters set aside, per thread: dispatch modes are a thread's own (torch keeps them in
+# thread-local state, and the autograd engine carries them into its worker threads), so a compiled graph run by
+# one thread is never counted by a meter another thread entered
+_SET_ASIDE = threading.local()
+
+
+@contextlib.contextmanager
+def outside_meters() -> Iterator[None]:
     """No dispatch mode active inside (the meters' included), so that dynamo runs compiled code rather than the
-    function eagerly; a backend from metered_backend brings the meters back around each graph."""
-    meter = active_meter()
-    return meter.outside() if meter is not None else contextlib.nullcontext()
+    function eagerly; a backend from metered_backend brings the modes back, this thread's, around each graph."""
+    modes = list(_get_current_dispatch_mode_stack())
+    if not modes:
+        yield
+        return
+    before = getattr(_SET_ASIDE, "modes", ())
+    with _disable_current_modes():
+        _SET_ASIDE.modes = tuple(modes)
+        try:
+            yield
+        finally:
+            _SET_ASIDE.modes = before
 
 
 def _custom_solver(solver: Any) -> bool:

@@ -14,9 +14,9 @@ Phases (tagged automatically; ``meter.phase(name)`` overrides):
   optimizer  inside ``optimizer.step`` (global step pre/post hooks)
 
 Compiled code: torch.compile runs its compiled graphs only where no dispatch mode is active (under one it runs
-the function eagerly), so a compiled region is called inside ``meter.outside()`` and its graphs run inside
-``meter.inside()`` (labkit.instruments.compiled does both): the graphs' ops are seen as any others, and every
-storage is counted until it is freed, wherever that happens.
+the function eagerly), so a compiled region is called with the modes of its thread set aside and its graphs run
+inside them again (labkit.instruments.compiled: ``outside_meters``, ``metered_backend``): the graphs' ops are seen
+as any others, and every storage is counted until it is freed, wherever that happens.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, _get_current_dispatch_mode_stack
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from labkit.instruments.tensors import check_callable, check_not_meta, op_name, tensor_storages
 
@@ -220,23 +220,6 @@ class MemoryMeter:
             yield
         finally:
             self._overrides.pop()
-
-    @contextlib.contextmanager
-    def outside(self) -> Iterator[None]:
-        """Run what is inside with no dispatch mode active, the meter's included, so that torch.compile runs its
-        compiled code; storages made inside are counted only where ``inside()`` brings the meter back."""
-        with _disable_current_modes():
-            yield
-
-    @contextlib.contextmanager
-    def inside(self) -> Iterator[None]:
-        """The meter's dispatch mode, entered for what runs inside unless it is already active (a compiled
-        graph run from ``outside()``: its ops are counted as any others)."""
-        if any(isinstance(m, _Watcher) and m.meter is self for m in _get_current_dispatch_mode_stack()):
-            yield
-            return
-        with _Watcher(self):
-            yield
 
     def dump_snapshot(self, path: str) -> None:
         """Write the CUDA allocator's snapshot of the region (a meter with history=True on CUDA) as
