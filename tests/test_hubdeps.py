@@ -60,3 +60,15 @@ def test_in_an_image_that_lacks_one_dependency_only_it_is_installed_and_nothing_
     added = set(eval(after)) - set(eval(before))  # noqa: S307 - our own repr of (name, version) pairs
     assert {name for name, _ in added} == {"tqdm"} and not set(eval(before)) - set(eval(after))
     assert list((home / ".local").rglob("tqdm/__init__.py")), "installed into the student's home"
+
+
+def test_a_broken_distribution_without_a_version_or_name_is_left_out(tmp_path, monkeypatch):
+    """A dist-info whose METADATA has a Name but no Version (or nothing) is not a package pip could pin or
+    compare: left out, rather than crashing the install."""
+    for folder, text in (("broken-0.dist-info", "Name: broken\n"), ("empty-0.dist-info", "")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "METADATA").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    have = hubdeps.installed()
+    assert "broken" not in have and "" not in have and "numpy" in have
+    assert "broken" not in hubdeps.constraints(have)

@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -280,5 +281,19 @@ def test_a_judge_that_died_is_replaced_and_the_next_submission_is_answered():
             slot.grade({}, 120)
         assert slot.proc is not dead and slot.proc.poll() is None
         assert isinstance(slot.grade({}, 120), dict)
+        # a judge that closes its answer pipe and lives on: ended, not waited for (a wait would hold the slot)
+        slot.proc.kill()
+        slot.proc.wait()
+        hung = slot.proc = subprocess.Popen(
+            [sys.executable, "-c", "import os, sys, time; sys.stdin.readline(); os.close(1); time.sleep(600)"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the slot waited for a judge that never ends"))
+        signal.alarm(30)
+        try:
+            with pytest.raises(RuntimeError, match=r"exit status None.*a new one grades the next"):
+                slot.grade({}, 120)
+        finally:
+            signal.alarm(0)
+        assert hung.poll() is not None and slot.proc.poll() is None
     finally:
         slot.close()

@@ -48,9 +48,11 @@ def installed() -> dict[str, str]:
     an import gets) where a name is installed twice; the kit itself left out."""
     found: dict[str, str] = {}
     for dist in metadata.distributions():
-        name = canonicalize_name(dist.metadata["Name"] or "")
-        if name and name != "labkit" and name not in found:
-            found[name] = dist.version
+        md = dist.metadata  # None, or without a Name or a Version, where a dist-info is broken: such a one is left out
+        name = canonicalize_name((md.get("Name") if md is not None else None) or "")
+        version = md.get("Version") if md is not None else None
+        if name and version and name != "labkit" and name not in found:
+            found[name] = version
     return found
 
 
@@ -72,7 +74,7 @@ def plan(wanted: list[Requirement], have: dict[str, str]) -> dict[str, list[str]
 def _allowed(req: Requirement, version: str) -> bool:
     try:
         return req.specifier.contains(Version(version), prereleases=True)
-    except InvalidVersion:
+    except (InvalidVersion, TypeError):
         return False  # a version pip cannot compare: named, never replaced
 
 
@@ -82,7 +84,7 @@ def constraints(have: dict[str, str]) -> str:
     for name, version in sorted(have.items()):
         try:
             Version(version)
-        except InvalidVersion:
+        except (InvalidVersion, TypeError):
             continue  # pip could not read the pin either; the install leaves it as it is unless a package needs it
         lines.append(f"{name}=={version}")
     return "\n".join(lines) + "\n"
@@ -103,9 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     if not todo["install"]:
         print(f"labkit: every other dependency is in the image ({len(todo['kept'])} kept as they are)")
         return 0
-    print(f"labkit: installing what the image lacks: {' '.join(todo['install'])} (nothing it has is changed)")
     if args.dry_run:
+        print(f"labkit: would install what the image lacks: {' '.join(todo['install'])} (nothing it has changed)")
         return 0
+    print(f"labkit: installing what the image lacks: {' '.join(todo['install'])} (nothing it has is changed)",
+          flush=True)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="labkit-image-", delete=False) as pins:
         pins.write(constraints(have))
     try:
@@ -114,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.unlink(pins.name)
     if done.returncode != 0:
-        print(f"labkit: pip could not install {' '.join(todo['install'])} without changing a package the image "
-              "has (above: the conflict it found); ask the hub's admin to add them to the image")
+        print(f"labkit: pip could not install {' '.join(todo['install'])} (above: why; where it names a conflict, "
+              "they need a package the image has at another version: ask the hub's admin to add them to the image)")
     return done.returncode
 
 

@@ -59,28 +59,29 @@ class JudgeProcess:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
-            status = self.proc.wait()
-            self._restart()
+            status = self._restart()
             raise RuntimeError(f"the judge of slot {self.slot} had stopped (status {status}); a new one grades "
                                "the next") from None
         if not select.select([self.proc.stdout], [], [], seconds)[0]:
             self._restart()
             raise RuntimeError(f"its grading ran past {seconds:g} s (the notebook's limit and a margin)")
         line = self.proc.stdout.readline()
-        if not line:
-            status = self.proc.wait()
-            self._restart()
-            raise RuntimeError(f"the judge of slot {self.slot} stopped (status {status}); a new one grades the next")
+        if not line:  # its answer pipe closed: ended, or alive without one (ended now)
+            status = self._restart()
+            raise RuntimeError(f"the judge of slot {self.slot} stopped answering (exit status {status}, None: "
+                               "it was still running and was ended); a new one grades the next")
         return json.loads(line)
 
-    def _restart(self) -> None:
-        """End this slot's judge (if it still runs) and its boxes' groups, and start a fresh one."""
-        pid = self.proc.pid
-        if self.proc.poll() is None:
+    def _restart(self) -> int | None:
+        """End this slot's judge (if it still runs: never waited for) and its boxes' groups, and start a fresh
+        one; the old one's exit status (None: it was running, and was killed)."""
+        pid, status = self.proc.pid, self.proc.poll()
+        if status is None:
             self.proc.kill()
         self.proc.wait()
         sandbox.Cgroups.remove_left(f"labkit-box-{pid}-")  # its boxes' groups, which it can no longer remove
         self.proc = self._start()
+        return status
 
     def close(self) -> None:
         if self.proc.poll() is None:
