@@ -152,8 +152,8 @@ def compile_tags(block: torch.nn.Module, x: torch.Tensor, context_fn: Callable[[
     level, quiet.level = quiet.level, logging.ERROR
     try:
         with outside_meters():
-            out = run(x.detach().requires_grad_())
-        out.sum().backward()
+            result = run(x.detach().requires_grad_())
+        result.sum().backward()
     finally:
         quiet.setLevel(level)
     tags, saved = seen["tags"], seen["saved"]
