@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from labkit.course.grade import files, report, sandbox, shards
 from labkit.course.grade.report import Row
@@ -164,6 +166,22 @@ def test_a_class_mounted_at_other_places_is_named_alike(tmp_path):
     assert _names(here, tmp_path / "zz" / "class") == _names(there[::-1], there_root)
 
 
+def test_a_student_folder_linked_outside_the_class_is_named_alike_wherever_the_link_points(tmp_path):
+    """A room that is a link to a folder elsewhere (another disk, mounted at another place on each machine) takes
+    its place among the names by its path as given (`class/room1/...`), not by where the link points."""
+    made = {}
+    for machine, outside in (("one", "aa"), ("two", "zz")):  # the room's disk: before and after the class
+        root = tmp_path / machine / "class"
+        made[machine] = _clashing_class(root)
+        target = tmp_path / machine / outside / "disk" / "room1"
+        target.parent.mkdir(parents=True)
+        (root / "room1").rename(target)
+        (root / "room1").symlink_to(target, target_is_directory=True)
+    one = _names(made["one"], tmp_path / "one" / "class")
+    assert one == _names(made["two"][::-1], tmp_path / "two" / "class")
+    assert one["room1/ann.ipynb"] == "ann" and one["room3/ann.ipynb"] == "ann#3"  # room1 first, as given
+
+
 # ---------------------------------------------------------------- the roster
 def test_a_part_says_which_class_it_was_split_from(tmp_path):
     """The part's facts carry the roster: the SHA-256 of the whole class's names, sorted, and the names, in the
@@ -256,6 +274,87 @@ def test_a_malformed_json_twin_or_part_is_refused_naming_the_file_and_what_is_wr
     parts[1].write_text(shards.MARK + "{not json\n" + "".join(lines[1:]))
     with pytest.raises(shards.ShardError, match=rf"{parts[1]}: its first line"):
         shards.merge(parts)
+
+
+def _csv_only(part: Path, rows_after_header: list[str]) -> Path:
+    """`part`'s CSV with its JSON twin gone and its rows replaced by `rows_after_header` (the facts' line and the
+    header kept: the rows are lines 3 on)."""
+    part.with_suffix(".json").unlink(missing_ok=True)
+    head = part.read_text().splitlines(keepends=True)[:2]
+    part.write_text("".join(head) + "".join(line + "\n" for line in rows_after_header))
+    return part
+
+
+@pytest.mark.parametrize("row, said", [("ada,02", "2 fields, not 6"),
+                                       ("ada,02,2.1,passed,,1.5,extra", "7 fields, not 6"),
+                                       ("ada,02,2.1,passed,,abc", "seconds 'abc' is not a number"),
+                                       ("ada,02,2.1,passed,,nan", "seconds 'nan' is not a number")])
+def test_a_csv_row_cut_short_run_long_or_with_bad_seconds_is_refused_naming_the_part_and_line(tmp_path, capsys,
+                                                                                             row, said):
+    """A part's CSV alone (no JSON twin): a row with fields missing or extra, or seconds that is not a number, is
+    refused naming the file, its line (the facts' line is 1, the header 2) and what is wrong; never a TypeError
+    (a missing field read as None) or a bare ValueError, which `grade merge` would print as a traceback."""
+    parts = _write_parts([Row("ada", "02", "2.1", "passed", "", 1.5)], tmp_path, 1, roster=["ada"])
+    _csv_only(parts[0], ["ada,02,2.2,failed,,0.5", row])
+    with pytest.raises(shards.ShardError) as refused:
+        shards.merge(parts)
+    assert f"{parts[0]}, line 4: " in str(refused.value) and said in str(refused.value), str(refused.value)
+    code, err = _merge(str(parts[0]), "--out", str(tmp_path / "merged" / "g.csv"), capsys=capsys)
+    assert code == 2 and f"{parts[0]}, line 4" in err and "Traceback" not in err, err
+
+
+def test_a_json_row_whose_fields_are_not_text_or_seconds_not_a_number_is_refused_naming_the_file(tmp_path):
+    parts = _write_parts(_class(2), tmp_path, 1)
+    twin = parts[0].with_suffix(".json")
+    whole = json.loads(twin.read_text())
+    for key, value, said in (("student", None, "'student' is None"),
+                             ("seconds", "abc", "seconds 'abc' is not a number")):
+        rows = [dict(whole["rows"][0], **{key: value}), *whole["rows"][1:]]
+        twin.write_text(json.dumps({**whole, "rows": rows}))
+        with pytest.raises(shards.ShardError) as refused:
+            shards.merge(parts)
+        assert str(twin) in str(refused.value) and "row 1" in str(refused.value) and said in str(refused.value), \
+            str(refused.value)
+
+
+def test_a_csv_alone_reads_back_the_roster_s_names_that_start_with_a_quote_or_a_formula_sign(tmp_path):
+    """The CSV arms `-x` as `'-x`, and writes a name `'-x` as it is: a field `'-x` is whichever of the two the roster
+    holds (roster and rows compared as the gradebook writes them), and both on one roster are refused, naming the
+    JSON beside the part, which holds the names whole."""
+    names = ["'-x", "-y", "'z", "=cal", "@at", "+p", "ann"]
+    rows = [Row(name, "02", "2.1", "passed", "") for name in names]
+    parts = _write_parts(rows, tmp_path / "a", 2)
+    for p in parts:
+        p.with_suffix(".json").unlink()
+    _, merged = shards.merge(parts)
+    assert sorted(r.student for r in merged) == sorted(names)
+    both = [Row(name, "02", "2.1", "passed", "") for name in ("-x", "'-x", "ann")]
+    parts = _write_parts(both, tmp_path / "b", 1)
+    parts[0].with_suffix(".json").unlink()
+    with pytest.raises(shards.ShardError, match=r"line \d+: .*\"'-x\".*'-x'.*cannot tell.*part0\.json"):
+        shards.merge(parts)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sets(st.text(alphabet="'=-+@a \t\"", min_size=1, max_size=4), min_size=1, max_size=8),
+       st.integers(1, 3))
+def test_parts_csv_alone_name_the_students_as_their_json_does_or_are_refused_as_ambiguous(names, n):
+    """Reference: the same parts merged with their JSON twins, which hold the names whole. Merged from the CSVs
+    alone they give the same rows but seconds, unless two names of the roster are written alike in the CSV."""
+    import tempfile
+
+    rows = [Row(name, "02", "2.1", "passed", "", 1.25) for name in sorted(names)]
+    with tempfile.TemporaryDirectory() as folder:
+        parts = _write_parts(rows, Path(folder), n)
+        _, reference = shards.merge(parts)
+        for p in parts:
+            p.with_suffix(".json").unlink()
+        alike = len({report._cell(name) for name in names}) < len(names)
+        if alike:
+            with pytest.raises(shards.ShardError, match="cannot tell"):
+                shards.merge(parts)
+        else:
+            assert shards.merge(parts)[1] == reference
 
 
 # ---------------------------------------------------------------- the merge command

@@ -10,10 +10,14 @@ file not named like a lab is its own name. A file given twice (by its folder and
 are unique per lab (two files that would take one name are both kept, the second `alice#2`, and a ``note`` says
 so), printable, their bytes that are not UTF-8 escaped.
 
-Names are given in one order, whatever the order of the arguments (``_canonical``): by each file's path, its
-folder's links resolved, below the folder all the files share. Machines that grade parts of one class (--shard)
-may list its files in other orders (a glob, `find`) and mount it at other places; all of them give each file the
-same name, `#2` included, and so the same part.
+Names are given in one order, whatever the order of the arguments (``_canonical``): by each file's path as given
+(made absolute, no link resolved), below the folder all the files share, then by the name. Machines that grade
+parts of one class (--shard) may list its files in other orders (a glob, `find`) and mount it at other places; all
+of them give each file the same name, `#2` included, and so the same part. The mount point is above the shared
+folder, so it changes no order; a link is not resolved, because where it points (a student's folder linked to
+another disk) may differ from machine to machine, while the paths as given cannot differ without the names, which
+are made from them, differing too. Two keys tie only for one path given twice (by its folder and by itself), and
+the name breaks the tie; a file given twice by two paths (through a link) is graded once, under the first.
 """
 from __future__ import annotations
 
@@ -89,11 +93,11 @@ def _walk(folder: Path) -> list[Path]:
 
 
 def _canonical(found: list[tuple[Path, Path | None]], stems: set[str]) -> list[tuple[Path, Path | None]]:
-    """`found` in the order names are given in: by the path below the folder every file shares (not the mount
-    point above it, which other machines may not share), then by the name (one file given twice: one name wins)."""
-    real = [Path(os.path.realpath(p.parent)) / p.name for p, _ in found]  # the file's own link is not followed
-    common = Path(os.path.commonpath(real)) if real else Path("/")
-    keys = [(r.relative_to(common).parts, _name(p, holder, stems)) for r, (p, holder) in zip(real, found)]
+    """`found` in the order names are given in: by each file's path as given, below the folder all of them share
+    (links not resolved: a student's folder that links elsewhere sorts where it is given, not where it points),
+    then by the name (one file given twice, by its folder and by itself: one name wins)."""
+    common = Path(os.path.commonpath([p for p, _ in found])) if found else Path("/")
+    keys = [(p.relative_to(common).parts, _name(p, holder, stems)) for p, holder in found]
     return [entry for _, entry in sorted(zip(keys, found), key=lambda pair: pair[0])]
 
 

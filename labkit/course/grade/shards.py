@@ -9,19 +9,26 @@ comment (`# labkit grade part {...}`), and in its JSON twin's "part"; ``merge`` 
 of them (for rosters, naming the students one has and the other lacks), a part missing or given twice, a student
 in two parts (or in a part the name does not belong to, or on no roster), and a student of the roster in no part,
 naming what differs. A part's files are checked as they are read: what is missing or malformed is named, with the
-file.
+file (and the CSV's line).
+
+A part's CSV read alone (no JSON twin beside it) names each student as the roster does: the roster's names and the
+rows' are compared as the CSV writes them (``_student``). The CSV disarms a formula with a leading quote, so `-x` is
+written `'-x`, and so is a name that is `'-x`: a field is whichever of them the roster holds, and a roster that holds
+both is refused for that field (the JSON holds the names whole).
 """
 from __future__ import annotations
 
 import csv
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from labkit.course.grade.report import COLUMNS, Row, ordered
+from labkit.course.grade.report import _cell  # a CSV field as the gradebook writes it
 
 __all__ = ["MARK", "ShardError", "parse", "part_of", "roster_of", "facts", "read", "merge", "written",
            "check_out"]
@@ -104,11 +111,51 @@ def _unarmed(value: str) -> str:
     return value[1:] if value[:1] == "'" and value[1:2] in ("=", "+", "-", "@") else value
 
 
-def _rows_of_csv(lines: list[str], path: Path) -> list[Row]:
-    reader = csv.DictReader(lines)
-    if tuple(reader.fieldnames or ()) != COLUMNS:
-        raise ShardError(f"{path}: its columns are {reader.fieldnames}, not a gradebook's {list(COLUMNS)}")
-    return [Row(*(_unarmed(r[c]) for c in COLUMNS[:-1]), float(r["seconds"] or 0)) for r in reader]
+def _seconds(value: object, where: str) -> float:
+    """A row's seconds: a finite number, 0 or more, or the CSV's text of one (an empty field is 0)."""
+    try:
+        took = float(value or 0) if isinstance(value, str) or type(value) in (int, float) else math.nan
+    except ValueError:
+        took = math.nan
+    if not 0 <= took < math.inf:
+        raise ShardError(f"{where}: seconds {value!r:.100} is not a number of seconds (a finite number, 0 or more, "
+                         "as the grader writes it: `1.25`)")
+    return took
+
+
+def _student(cell: str, by_cell: dict[str, list[str]], where: str, twin: Path) -> str:
+    """The roster's name that the CSV field `cell` is (see the module's note: the roster and the rows compared as
+    the CSV writes them), or `cell` unarmed where none is (merge then says it is not on the roster)."""
+    names = by_cell.get(cell, [])
+    if len(names) > 1:
+        raise ShardError(f"{where}: student {cell!r} is how the CSV writes each of {_some(names)}, all on the roster "
+                         "(a leading ' disarms a formula, and a name that starts with ' is written as it is), so the "
+                         f"CSV alone cannot tell which: merge with the JSON beside the part ({twin}), which holds the "
+                         "names whole")
+    return names[0] if names else _unarmed(cell)
+
+
+def _rows_of_csv(lines: list[str], path: Path, roster: list[str]) -> list[Row]:
+    """A part's rows from its CSV (`lines`: all but the facts' line), each row checked and named by its line."""
+    reader = csv.reader(lines)
+    header = next(reader, [])
+    if tuple(header) != COLUMNS:
+        raise ShardError(f"{path}: its columns are {header}, not a gradebook's {list(COLUMNS)}")
+    by_cell: dict[str, list[str]] = {}  # a name as the CSV writes it -> the roster's names written so
+    for name in roster:
+        by_cell.setdefault(_cell(name), []).append(name)
+    rows = []
+    for fields in reader:
+        where = f"{path}, line {reader.line_num + 1}"  # + 1: the facts' line, before `lines`
+        if not fields:
+            continue  # a blank line, as csv.DictReader skips it
+        if len(fields) != len(COLUMNS):
+            raise ShardError(f"{where}: {len(fields)} fields, not {len(COLUMNS)} ({', '.join(COLUMNS)}): "
+                             f"{','.join(fields)!r:.200}, a row cut short or run together with another?")
+        student, *middle, seconds = fields
+        rows.append(Row(_student(student, by_cell, where, path.with_suffix(".json")), *map(_unarmed, middle),
+                        _seconds(seconds, where)))
+    return rows
 
 
 def _rows_of_json(whole: dict, where: str) -> list[Row]:
@@ -121,7 +168,11 @@ def _rows_of_json(whole: dict, where: str) -> list[Row]:
         lacks = [c for c in COLUMNS if c not in row] if isinstance(row, dict) else list(COLUMNS)
         if lacks:
             raise ShardError(f"{where}: row {i} lacks {', '.join(map(repr, lacks))} (a row has {list(COLUMNS)})")
-    return [Row(**{c: r[c] for c in COLUMNS}) for r in rows]
+        odd = next((c for c in COLUMNS[:-1] if not isinstance(row[c], str)), None)
+        if odd:
+            raise ShardError(f"{where}: row {i}: {odd!r} is {row[odd]!r:.100}, not text")
+    return [Row(*(r[c] for c in COLUMNS[:-1]), _seconds(r["seconds"], f"{where}: row {i}"))
+            for i, r in enumerate(rows, 1)]
 
 
 def _json(text: str, where: str) -> object:
@@ -162,7 +213,7 @@ def read(path: Path) -> tuple[dict, list[Row]]:
     found = _checked(_json(first[len(MARK):], f"{path}: its first line, after `{MARK.strip()}`,"), str(path))
     twin = path.with_suffix(".json")
     if not twin.is_file():
-        return found, _rows_of_csv(rest.splitlines(), path)
+        return found, _rows_of_csv(rest.splitlines(), path, found["roster"]["students"])
     where = f"{twin} (the JSON beside {path}, read for the rows whole)"
     whole = _whole(twin, where)
     if whole.get("part") != found:
