@@ -39,6 +39,7 @@ BOX_UID = 61000  # the first uid of the boxes when the grader runs as root (one 
 TMP_BYTES = 256 * 2**20  # /tmp in the box, in memory: what a submission may write in all
 INNER_JOB = "/tmp/job.json"  # where the box sees the grader's job (a read-only file on its tmpfs)
 COVER_BYTES = 1 << 16  # a cover over a hidden folder: an empty tmpfs, read-only once the binds inside it are made
+BOX_OF = "LABKIT_BOX_OF"  # set on a box's command line only: the pid namespace it was made from (worker.py, Reach)
 
 
 def bwrap() -> str | None:
@@ -251,9 +252,18 @@ class Box:
             args += ["--remount-ro", str(hidden)]
         args += ["--ro-bind", str(job), INNER_JOB, "--dir", "/tmp/home",
                  "--chdir", "/tmp", *_BWRAP, "--new-session", "--clearenv"]
-        for key, value in self.env.items():
+        for key, value in {**self.env, BOX_OF: _pid_namespace()}.items():
             args += ["--setenv", key, value]
         return _user(slot) + args + ["--"] + inner
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace ("pid:[4026531836]"); "" where /proc does not say (the worker then takes itself
+    to be outside any box)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
 
 
 class Cgroups:

@@ -14,8 +14,9 @@ in a fresh namespace, then either
 
 This process relays every message between the judge and the child, so the child never holds the judge's pipes;
 it kills a child past the time limit and reports how each child ended. It is not dumpable: a child (same user)
-cannot attach to it or read its memory. Lab 07's leaderboard race (``race``) runs last, alone: every other process
-of the box is ended first (``_alone``).
+cannot attach to it or read its memory. It ends with its parent, and each child with it (``_die_with_parent``).
+Lab 07's leaderboard race (``race``) runs last, alone: every other process of the box is ended first (``_alone``).
+What it ends, in a box and outside one: see Reach, above ``_in_box``.
 """
 from __future__ import annotations
 
@@ -41,15 +42,17 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
+PARENT = os.getppid()  # read before torch loads: a parent that ended meanwhile is seen by _die_with_parent
 sys.path.insert(0, str(HERE.parents[3]))  # the box's copy of the kit: labkit/course/grade/worker.py -> its root
 
 import torch  # noqa: E402,F401  (loaded once, here, before any fork: every child starts with it)
 
 import labkit  # noqa: E402,F401  (every module a checker relies on is loaded before any student code)
 from labkit.course import catalog  # noqa: E402
-from labkit.course.grade import guard, wire  # noqa: E402
+from labkit.course.grade import guard, sandbox, wire  # noqa: E402
 from labkit.stubs import stub_of  # noqa: E402
 
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 
 
@@ -226,34 +229,59 @@ def child(job: dict, exercise: dict, fd_in: int, fd_out: int, memory: int | None
         _check_locally(exercise, names, fd_out, check, threads, tried)
 
 
-# ---------------------------------------------------------------- in the server
-def _left_behind() -> list[int]:
-    """What an exercise's child left running: every process below this one and, in a box (where orphans go to the
-    box's pid 1, this process's parent), every process of the box but pid 1 and this one."""
-    me, boxed = os.getpid(), os.getppid() == 1
-    parents: dict[int, int] = {}
+# ---------------------------------------------------------------- in the server: what it may end
+# Reach. In a box, this process is the child of bubblewrap's init, pid 1 of the box's own pid namespace: every
+# other process there is the submission's, and kill(-1) reaches none outside it. Anywhere else, pid 1 is the
+# machine's (or a container's) init, which an orphan has for its parent too: a worker started without a box
+# (--no-sandbox) whose judge died is one, and a kill of every process it sees would end every process it may
+# signal (as root, all). So the box is told on positive evidence only (``_in_box``), and outside it this process
+# ends only its own: those below it or in its session (the judge starts it as a session's leader; a process that
+# left the session is out of reach there).
+def _in_box() -> bool:
+    """Whether this process is a box's worker (see Reach): the box's command line says so (sandbox.BOX_OF: the pid
+    namespace the box was made from), this process's pid namespace is another one, and its parent is that
+    namespace's pid 1 (getppid() counts in this process's namespace)."""
+    made_in = os.environ.get(sandbox.BOX_OF, "")
+    try:
+        own = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return False
+    return made_in.startswith("pid:[") and own != made_in and os.getppid() == 1
+
+
+def _processes() -> dict[int, tuple[bytes, int, int]]:
+    """Every process /proc shows: pid -> (state, parent, session)."""
+    table = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat", "rb") as f:
-                    parents[int(entry)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                table[int(entry)] = (fields[0], int(fields[1]), int(fields[3]))
             except (OSError, ValueError, IndexError):
                 continue
+    return table
 
-    def below(pid: int) -> bool:
+
+def _others() -> list[int]:
+    """The living processes this one may end (see Reach): in a box, every one but its init and this one; outside
+    one, those below this process or in its session."""
+    me, boxed, table = os.getpid(), _in_box(), _processes()
+
+    def mine(pid: int) -> bool:
         seen = set()
-        while pid in parents and pid not in seen:
+        while pid in table and pid not in seen:
             seen.add(pid)
-            pid = parents[pid]
-            if pid == me:
+            if table[pid][2] == me or table[pid][1] == me:
                 return True
+            pid = table[pid][1]
         return False
-    return [p for p in parents if p not in (1, me) and (boxed or below(p))]
+    return [p for p, (state, _, _) in table.items() if p not in (1, me) and state != b"Z" and (boxed or mine(p))]
 
 
 def _reap() -> None:
-    """Kill what a child left behind, and collect every child of this process that has ended."""
-    for pid in _left_behind():
+    """Kill what a child left behind (``_others``), and collect every child of this process that has ended."""
+    for pid in _others():
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -327,9 +355,10 @@ def _fork(target: Any, judge_in: int, judge_out: int, seconds: float) -> None:
     """Run target(fd_in, fd_out) in a child, relaying its messages to the judge, then report how it ended."""
     to_r, to_w = os.pipe()
     from_r, from_w = os.pipe()
-    start = time.monotonic()
+    start, server = time.monotonic(), os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: nothing of the server's pipes but its own two ends
+        _die_with_parent(server)
         os.close(judge_in), os.close(judge_out), os.close(to_w), os.close(from_r)
         code = 0
         try:
@@ -344,49 +373,13 @@ def _fork(target: Any, judge_in: int, judge_out: int, seconds: float) -> None:
 
 
 # ---------------------------------------------------------------- the leaderboard's race
-def _boxed() -> bool:
-    """Whether this process is a box's worker: the child of bubblewrap's init, pid 1 of the box's own pid namespace
-    (where kill(-1) reaches no process outside the box)."""
-    try:
-        with open("/proc/1/comm") as f:
-            return os.getppid() == 1 and f.read().strip() == "bwrap"
-    except OSError:
-        return False
-
-
-def _others() -> list[int]:
-    """The living processes the race must not share the box with: in a box, every one but its init and this one;
-    without one (--no-sandbox), those below this process or in its session (the judge starts it as a session's
-    leader; a process that left the session is out of reach there)."""
-    me, boxed = os.getpid(), _boxed()
-    table: dict[int, tuple[bytes, int, int]] = {}  # pid -> (state, parent, session)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                table[int(entry)] = (fields[0], int(fields[1]), int(fields[3]))
-            except (OSError, ValueError, IndexError):
-                continue
-
-    def mine(pid: int) -> bool:
-        seen = set()
-        while pid in table and pid not in seen:
-            seen.add(pid)
-            if table[pid][2] == me or table[pid][1] == me:
-                return True
-            pid = table[pid][1]
-        return False
-    return [p for p, (state, _, _) in table.items() if p not in (1, me) and state != b"Z" and (boxed or mine(p))]
-
-
 def _alone(rounds: int = 50) -> list[int]:
     """End every other process of the box before the race; those still living (none, in a box). The student's code
     may have left some that no exercise's reap caught (one that forks as fast as it can escapes a kill of each
     process read from /proc): in a box one kill(-1) ends them all at once (the kernel signals the whole pid
     namespace, its init and this process aside, so a fork cannot slip through); then, and without a box, each one
-    seen, until none is."""
-    if _boxed():
+    seen, until none is (see Reach)."""
+    if _in_box():
         try:
             os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
@@ -451,6 +444,17 @@ def race(message: dict, fd_out: int, memory: int | None, left: list[int] | None 
 
 
 # ---------------------------------------------------------------- the server's start
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process (SIGKILL) when its parent ends, and end it now if `parent` already has
+    (Linux only). The worker without a box: a judge killed past its time (or by the OOM killer) leaves no worker
+    re-parented, still running a child that never ends; the child of an exercise: no worker left, none of it."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def warm() -> None:
     """Do once, here, what torch initialises lazily on first use (the first backward, checkpoint, dispatch mode, an
     autograd Function, saved-tensor hooks, the kit's meter), which would otherwise cost every exercise's child a
@@ -501,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", type=int, help="bytes of address space per exercise's process")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds per exercise")
     args = parser.parse_args(argv)
+    _die_with_parent(PARENT)
     resource.setrlimit(resource.RLIMIT_FSIZE, (2**28, 2**28))  # no file over 256 MiB
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
