@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -23,6 +24,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def answer(url: str, server: subprocess.Popen, log: Path, seconds: float = 60.0):
+    """The response to url once the server listens. jupyter_server prints its URL before its event loop binds the
+    port (ServerApp.init_httpserver queues _bind_http_server on the loop; start_app logs the URL first), so on a
+    loaded machine a connection can be refused for a moment after the URL is printed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return urllib.request.urlopen(url, timeout=30)
+        except urllib.error.URLError as e:
+            if not isinstance(e.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise AssertionError(f"{url}: {e.reason}; the server {'ended' if server.poll() is not None else 'runs'};"
+                                     f" its log ends:\n{log.read_text()[-2000:]}") from e
+            if server.poll() is not None:
+                raise AssertionError(f"the server ended ({server.returncode}); its log ends:\n"
+                                     f"{log.read_text()[-2000:]}") from e
+            time.sleep(0.5)
 
 
 def test_make_lab_serves_jupyterlab_at_the_printed_url(tmp_path):
@@ -42,7 +61,7 @@ def test_make_lab_serves_jupyterlab_at_the_printed_url(tmp_path):
                 break
             time.sleep(0.5)
         assert url, f"no URL printed; the log ends:\n{log.read_text()[-2000:]}"
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with answer(url, server, log) as response:
             assert response.status == 200
         base, token = f"http://127.0.0.1:{port}", found.group(1)
         with urllib.request.urlopen(f"{base}/api/contents?token={token}", timeout=30) as response:
