@@ -344,6 +344,8 @@ def test_only_regular_files_are_graded_under_names_from_their_paths(tmp_path):
     save(answered(), folder / "zz_victim" / "02_recompute.ipynb")
     save(answered(), folder / "bob.ipynb")
     (folder / "mallory.ipynb").symlink_to(SOLUTION)
+    save(answered(), tmp_path / "other_disk" / "dave" / "02_recompute.ipynb")
+    (folder / "dave").symlink_to(tmp_path / "other_disk" / "dave", target_is_directory=True)  # seen, not searched
     os.mkfifo(folder / "fifo.ipynb")
     (folder / "huge.ipynb").write_bytes(b" " * (files.MOST_BYTES + 1))
     weird = os.fsencode(str(folder)) + b"/\xff\xfe"
@@ -352,6 +354,7 @@ def test_only_regular_files_are_graded_under_names_from_their_paths(tmp_path):
     found = {r.student: r.refused for r in files.discover([folder], {"02_recompute"})}
     assert found["alice"] == "" and found["bob"] == "" and found["a/zz_victim"] == "" and found["zz_victim"] == ""
     assert "symbolic link" in found["mallory"] and "not a regular file" in found["fifo"] and "over the limit" in found["huge"]
+    assert "a symbolic link to a folder, never searched" in found["dave"]
     assert "\\xff\\xfe" in found and all(name.isprintable() for name in found)
     with pytest.raises(OSError):
         files.read_text(folder / "mallory.ipynb")

@@ -288,10 +288,13 @@ def _csv_only(part: Path, rows_after_header: list[str]) -> Path:
 @pytest.mark.parametrize("row, said", [("ada,02", "2 fields, not 6"),
                                        ("ada,02,2.1,passed,,1.5,extra", "7 fields, not 6"),
                                        ("ada,02,2.1,passed,,abc", "seconds 'abc' is not a number"),
-                                       ("ada,02,2.1,passed,,nan", "seconds 'nan' is not a number")])
+                                       ("ada,02,2.1,passed,,nan", "seconds 'nan' is not a number"),
+                                       ("ada,02,2.1,passed,,1_000", "seconds '1_000' is not a number"),
+                                       ("ada,02,2.2,passed,,0.5", "exercise '2.2' again (first: ")])
 def test_a_csv_row_cut_short_run_long_or_with_bad_seconds_is_refused_naming_the_part_and_line(tmp_path, capsys,
                                                                                              row, said):
-    """A part's CSV alone (no JSON twin): a row with fields missing or extra, or seconds that is not a number, is
+    """A part's CSV alone (no JSON twin): a row with fields missing or extra, seconds that is not a number as the
+    grader writes one, or an exercise of a student already read (a second verdict: which would count?), is
     refused naming the file, its line (the facts' line is 1, the header 2) and what is wrong; never a TypeError
     (a missing field read as None) or a bare ValueError, which `grade merge` would print as a traceback."""
     parts = _write_parts([Row("ada", "02", "2.1", "passed", "", 1.5)], tmp_path, 1, roster=["ada"])
@@ -303,18 +306,26 @@ def test_a_csv_row_cut_short_run_long_or_with_bad_seconds_is_refused_naming_the_
     assert code == 2 and f"{parts[0]}, line 4" in err and "Traceback" not in err, err
 
 
-def test_a_json_row_whose_fields_are_not_text_or_seconds_not_a_number_is_refused_naming_the_file(tmp_path):
+def test_a_json_row_whose_fields_are_not_text_or_seconds_not_a_number_or_given_twice_is_refused(tmp_path):
     parts = _write_parts(_class(2), tmp_path, 1)
     twin = parts[0].with_suffix(".json")
     whole = json.loads(twin.read_text())
     for key, value, said in (("student", None, "'student' is None"),
-                             ("seconds", "abc", "seconds 'abc' is not a number")):
+                             ("seconds", "abc", "seconds 'abc' is not a number"),
+                             ("seconds", "1.5", "seconds '1.5' is not a number"),  # the CSV's text, not JSON's
+                             ("seconds", 10**400, "is not a number"),  # past a float: no OverflowError
+                             ("seconds", True, "seconds True is not a number")):
         rows = [dict(whole["rows"][0], **{key: value}), *whole["rows"][1:]]
         twin.write_text(json.dumps({**whole, "rows": rows}))
         with pytest.raises(shards.ShardError) as refused:
             shards.merge(parts)
-        assert str(twin) in str(refused.value) and "row 1" in str(refused.value) and said in str(refused.value), \
+        assert str(twin) in str(refused.value) and "row 1: " in str(refused.value) and said in str(refused.value), \
             str(refused.value)
+    twin.write_text(json.dumps({**whole, "rows": [*whole["rows"], whole["rows"][0]]}))  # a verdict given twice
+    with pytest.raises(shards.ShardError) as refused:
+        shards.merge(parts)
+    assert f"row {len(whole['rows']) + 1}: " in str(refused.value) and "again (first: " in str(refused.value) and \
+        "row 1)" in str(refused.value), str(refused.value)
 
 
 def test_a_csv_alone_reads_back_the_roster_s_names_that_start_with_a_quote_or_a_formula_sign(tmp_path):

@@ -79,7 +79,7 @@ print(json.dumps({"worker": said, "victim": victim.poll()}))
 @needs_unshare
 @pytest.mark.slow  # the worker's module loads torch: seconds
 @pytest.mark.parametrize("box, ended", [
-    ("none", False),  # the reviewer's orphan: its parent is pid 1, and it is in no box
+    ("none", False),  # an orphan without a box: its parent is pid 1 (its judge died), and no box named
     ("this", False),  # said to be boxed, but in the pid namespace it names: no box of its own
     ("outside", True),  # the box's own worker: the box named the namespace it was made from
 ])
@@ -148,3 +148,48 @@ def test_a_worker_without_a_box_ends_with_its_judge_and_its_exercise_with_it(tmp
     seen = _scene(KILLED, str(job_file), str(started), JUDGE)
     assert seen["ran"], seen  # the exercise's program was running when its judge was killed
     assert seen["left"] == [], seen
+
+
+# pid 1: a judge that ends before its worker reads its parent (PARENT, at import): the worker then has pid 1 for a
+# parent from its first line, and no box; _die_with_parent must end it, not take init for its judge.
+LATE = r"""
+import select
+r, w = os.pipe()
+if os.fork() == 0:  # the judge
+    if os.fork() == 0:  # the worker
+        os.close(r)
+        while os.getppid() != 1:
+            time.sleep(0.01)
+        from labkit.course.grade import worker
+        assert worker.PARENT == 1
+        worker._die_with_parent(worker.PARENT)
+        os.write(w, b"lived")
+        os._exit(0)
+    os._exit(0)
+os.close(w)
+os.wait()  # the judge
+ready = select.select([r], [], [], 240)[0]
+print(json.dumps({"said": os.read(r, 64).decode() if ready else "nothing in 240 s"}))
+"""
+
+
+@needs_unshare
+@pytest.mark.slow  # the worker's module loads torch: seconds
+def test_a_worker_whose_judge_ended_before_it_started_ends_at_once():
+    seen = _scene("import json, time\n" + LATE)
+    assert seen["said"] == "", seen  # the pipe closed with nothing written: the worker ended in _die_with_parent
+
+
+@pytest.mark.slow  # a grader's templates of lab 02: seconds
+def test_a_worker_without_a_box_is_never_told_it_is_in_one(monkeypatch):
+    """The marker of a box (sandbox.BOX_OF) in the grader's own environment (a grader run inside a box, or a test's)
+    does not reach a worker started with --no-sandbox: only Box.argv sets it."""
+    from labkit.course.grade import grader
+    monkeypatch.setenv(sandbox.BOX_OF, os.readlink("/proc/self/ns/pid") if os.path.exists("/proc/self/ns/pid")
+                       else "pid:[1]")
+    grade = grader.Grader(ROOT, ["02"], dict(grader.LIMITS, seed=1), 1, [], use_sandbox=False)
+    try:
+        command = grade._command("02", ROOT / "job.json", 0)
+    finally:
+        grade.close()
+    assert sandbox.BOX_OF not in command["env"] and command["env"]["LABKIT_PROFILE"] == grade.limits["profile"]

@@ -215,7 +215,8 @@ class Grader:
             return {"argv": self.box.argv(self.templates[lab], job_file, slot, inner)}
         kit = self.templates[lab]
         work = Path(tempfile.mkdtemp(prefix="run-", dir=self.tmp))
-        env = dict(os.environ, PYTHONPATH=str(kit.parent), LABKIT_PROFILE=self.limits["profile"],
+        env = dict({k: v for k, v in os.environ.items() if k != sandbox.BOX_OF},  # no box: never said to be in one
+                   PYTHONPATH=str(kit.parent), LABKIT_PROFILE=self.limits["profile"],
                    PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=str(self.threads), MPLBACKEND="Agg")
         return {"argv": [sys.executable, str(kit / "course" / "grade" / "worker.py"), str(job_file), "--memory", memory],
                 "env": env, "cwd": str(work)}

@@ -33,6 +33,7 @@ from labkit.course.grade.report import _cell  # a CSV field as the gradebook wri
 __all__ = ["MARK", "ShardError", "parse", "part_of", "roster_of", "facts", "read", "merge", "written",
            "check_out"]
 
+SECONDS = re.compile(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")  # seconds as the CSV writes a float (or "")
 MARK = "# labkit grade part "  # the first line of a part's CSV, before its JSON facts
 
 
@@ -111,12 +112,16 @@ def _unarmed(value: str) -> str:
     return value[1:] if value[:1] == "'" and value[1:2] in ("=", "+", "-", "@") else value
 
 
-def _seconds(value: object, where: str) -> float:
-    """A row's seconds: a finite number, 0 or more, or the CSV's text of one (an empty field is 0)."""
+def _seconds(value: object, where: str, text: bool = False) -> float:
+    """A row's seconds: a finite number, 0 or more (JSON), or the text the CSV writes of one (`text`; an empty
+    field is 0)."""
     try:
-        took = float(value or 0) if isinstance(value, str) or type(value) in (int, float) else math.nan
-    except ValueError:
-        took = math.nan
+        if text:
+            took = float(value or 0) if isinstance(value, str) and (not value or SECONDS.fullmatch(value)) else math.nan
+        else:
+            took = float(value) if type(value) in (int, float) else math.nan
+    except OverflowError:  # an integer past a float's range
+        took = math.inf
     if not 0 <= took < math.inf:
         raise ShardError(f"{where}: seconds {value!r:.100} is not a number of seconds (a finite number, 0 or more, "
                          "as the grader writes it: `1.25`)")
@@ -153,9 +158,9 @@ def _rows_of_csv(lines: list[str], path: Path, roster: list[str]) -> list[Row]:
             raise ShardError(f"{where}: {len(fields)} fields, not {len(COLUMNS)} ({', '.join(COLUMNS)}): "
                              f"{','.join(fields)!r:.200}, a row cut short or run together with another?")
         student, *middle, seconds = fields
-        rows.append(Row(_student(student, by_cell, where, path.with_suffix(".json")), *map(_unarmed, middle),
-                        _seconds(seconds, where)))
-    return rows
+        rows.append((Row(_student(student, by_cell, where, path.with_suffix(".json")), *map(_unarmed, middle),
+                         _seconds(seconds, where, text=True)), where))
+    return _once(rows)
 
 
 def _rows_of_json(whole: dict, where: str) -> list[Row]:
@@ -171,8 +176,21 @@ def _rows_of_json(whole: dict, where: str) -> list[Row]:
         odd = next((c for c in COLUMNS[:-1] if not isinstance(row[c], str)), None)
         if odd:
             raise ShardError(f"{where}: row {i}: {odd!r} is {row[odd]!r:.100}, not text")
-    return [Row(*(r[c] for c in COLUMNS[:-1]), _seconds(r["seconds"], f"{where}: row {i}"))
-            for i, r in enumerate(rows, 1)]
+    return _once([(Row(*(r[c] for c in COLUMNS[:-1]), _seconds(r["seconds"], f"{where}: row {i}")),
+                   f"{where}: row {i}") for i, r in enumerate(rows, 1)])
+
+
+def _once(rows: list[tuple[Row, str]]) -> list[Row]:
+    """The rows, each (student, lab, exercise) once, as one run writes them; a second is refused, naming both
+    places (two parts' files run together, or an edited one: which of its verdicts would count?)."""
+    first: dict[tuple[str, str, str], str] = {}
+    for row, where in rows:
+        key = (row.student, row.lab, row.exercise)
+        if key in first:
+            raise ShardError(f"{where}: student {row.student!r}, lab {row.lab!r}, exercise {row.exercise!r} again "
+                             f"(first: {first[key]}): a part holds each once")
+        first[key] = where
+    return [row for row, _ in rows]
 
 
 def _json(text: str, where: str) -> object:

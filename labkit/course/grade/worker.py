@@ -236,7 +236,9 @@ def child(job: dict, exercise: dict, fd_in: int, fd_out: int, memory: int | None
 # (--no-sandbox) whose judge died is one, and a kill of every process it sees would end every process it may
 # signal (as root, all). So the box is told on positive evidence only (``_in_box``), and outside it this process
 # ends only its own: those below it or in its session (the judge starts it as a session's leader; a process that
-# left the session is out of reach there).
+# left the session is out of reach there). Without a box, what dies with the judge is the worker and each exercise's
+# child (``_die_with_parent``); a process a submission forks below that child, or one that clears its own death
+# signal, can outlive them: only a box ends everything (`labkit grade` runs without one only when given --no-sandbox).
 def _in_box() -> bool:
     """Whether this process is a box's worker (see Reach): the box's command line says so (sandbox.BOX_OF: the pid
     namespace the box was made from), this process's pid namespace is another one, and its parent is that
@@ -451,8 +453,8 @@ def _die_with_parent(parent: int) -> None:
     if not sys.platform.startswith("linux"):
         return
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
+    if os.getppid() != parent or (parent == 1 and not _in_box()):  # outside a box a judge is never pid 1: it
+        os._exit(1)  # ended before PARENT was read, and this process was re-parented to the machine's init
 
 
 def warm() -> None:
