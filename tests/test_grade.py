@@ -22,7 +22,7 @@ import torch
 
 from labkit.checks import base, lab00
 from labkit.course.catalog import LABS
-from labkit.course.grade import bench, files, guard, report, sandbox, wire
+from labkit.course.grade import bench, files, grader, guard, report, sandbox, wire
 from labkit.course.grade.rebuild import Pristine, definitions, program, rebuild, scan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +66,7 @@ def run_grade(tmp_path: Path, folder: Path, *extra: str, labs: str = LAB) -> tup
     with out.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(report.COLUMNS)
-    return {(r["student"], r["exercise"]): r for r in rows}, done.stdout, seconds
+    return {(r["student"], r["exercise"]): r for r in rows}, done.stdout + done.stderr, seconds
 
 
 def statuses(rows: dict, student: str, exercises: list[str] = EXERCISES) -> dict[str, str]:
@@ -345,7 +345,9 @@ def test_only_regular_files_are_graded_under_names_from_their_paths(tmp_path):
     save(answered(), folder / "bob.ipynb")
     (folder / "mallory.ipynb").symlink_to(SOLUTION)
     save(answered(), tmp_path / "other_disk" / "dave" / "02_recompute.ipynb")
-    (folder / "dave").symlink_to(tmp_path / "other_disk" / "dave", target_is_directory=True)  # seen, not searched
+    (folder / "dave").symlink_to(tmp_path / "other_disk" / "dave", target_is_directory=True)  # named, not searched
+    (folder / "alice" / ".venv").mkdir()
+    (folder / "alice" / ".venv" / "lib64").symlink_to("lib")  # below a hidden folder: no lab is handed in there
     os.mkfifo(folder / "fifo.ipynb")
     (folder / "huge.ipynb").write_bytes(b" " * (files.MOST_BYTES + 1))
     weird = os.fsencode(str(folder)) + b"/\xff\xfe"
@@ -354,7 +356,7 @@ def test_only_regular_files_are_graded_under_names_from_their_paths(tmp_path):
     found = {r.student: r.refused for r in files.discover([folder], {"02_recompute"})}
     assert found["alice"] == "" and found["bob"] == "" and found["a/zz_victim"] == "" and found["zz_victim"] == ""
     assert "symbolic link" in found["mallory"] and "not a regular file" in found["fifo"] and "over the limit" in found["huge"]
-    assert "a symbolic link to a folder, never searched" in found["dave"]
+    assert "dave" not in found and files.linked_folders([folder]) == [folder / "dave"]
     assert "\\xff\\xfe" in found and all(name.isprintable() for name in found)
     with pytest.raises(OSError):
         files.read_text(folder / "mallory.ipynb")
@@ -505,8 +507,10 @@ def test_an_answer_written_for_the_public_cases_fails_the_hidden_ones():
 def test_without_a_sandbox_it_grades_all_the_same_and_says_so(tmp_path):
     solution = nbformat.read(ROOT / "solutions" / "00_start_here.ipynb", as_version=4)
     save(solution, tmp_path / "class" / "zoe.ipynb")
+    (tmp_path / "class" / "room2").symlink_to(tmp_path, target_is_directory=True)  # never searched, but named
     rows, out, _ = run_grade(tmp_path, tmp_path / "class", "--no-sandbox", labs="00")
     assert "sandbox: NONE (--no-sandbox)" in out
+    assert f"{tmp_path / 'class' / 'room2'} is a link to a folder, not searched" in out, out
     assert rows[("zoe", "0.1")]["status"] == "passed"
 
 
@@ -548,3 +552,24 @@ def test_bench_grade_grades_a_generated_class_sandboxed_with_every_verdict_as_ex
     assert figures["as_expected"] == {"10": "50/50"}
     kinds = {v for i in range(10) for v in bench.submission(i, pristine())[1].values()}
     assert kinds == {"passed", "not attempted", "failed"}
+
+
+@pytest.mark.slow  # two labs' templates: seconds
+def test_a_file_named_like_one_lab_graded_holding_another_s_is_refused_under_its_name_s_lab(tmp_path):
+    """alice/02_recompute.ipynb holding Lab 03's notebook beside alice/03_sqrt_n.ipynb, both labs graded: graded as
+    Lab 03 it gave alice two Lab 03 submissions (one run's gradebook with every 3.x row twice, which merge refuses);
+    it is Lab 02's row, saying whose notebook it is, and the real Lab 03 file is graded as Lab 03."""
+    lab03 = answered(lab="03")
+    wrong = save(lab03, tmp_path / "alice" / "02_recompute.ipynb")
+    right = save(lab03, tmp_path / "alice" / "03_sqrt_n.ipynb")
+    grade = grader.Grader(ROOT, ["02", "03"], dict(grader.LIMITS, seed=1), 1, [], use_sandbox=False)
+    try:
+        lab, why = grade.identify(nbformat.read(wrong, as_version=4), wrong)
+        assert lab == "02" and "the notebook of Lab 03 (03_sqrt_n.ipynb), not Lab 02" in why, (lab, why)
+        assert grade.identify(nbformat.read(right, as_version=4), right) == ("03", "")
+        renamed = save(lab03, tmp_path / "bob" / "untitled.ipynb")  # a name of no lab: its content says which
+        assert grade.identify(nbformat.read(renamed, as_version=4), renamed) == ("03", "")
+        rows = grade.grade(files.Returned(wrong, "alice"))
+    finally:
+        grade.close()
+    assert {(r.lab, r.status) for r in rows} == {("02", "missing")} and len(rows) == len(EXERCISES), rows

@@ -96,3 +96,12 @@ def test_another_permission_failure_is_not_called_user_namespaces(failing_bwrap)
     failing_bwrap("bwrap: Can't mount proc on /newroot/proc: Operation not permitted", user__max_user_namespaces="0")
     why = sandbox.unusable()
     assert "user namespaces are off" not in why and "Can't mount proc" in why
+
+
+def test_no_pid_namespace_to_read_refuses_the_box(monkeypatch):
+    """Where /proc/self/ns/pid cannot be read, a box's worker could not be told from one outside any box (and, its
+    parent pid 1, would end at once): unusable() says so before any box is made."""
+    monkeypatch.setattr(sandbox, "bwrap", lambda: "/bin/true")
+    monkeypatch.setattr(sandbox, "_pid_namespace", lambda: "")
+    why = sandbox.unusable()
+    assert why is not None and "/proc/self/ns/pid cannot be read" in why, why

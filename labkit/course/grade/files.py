@@ -2,8 +2,8 @@
 
 Only regular files are graded: a symlink (to the kit's solution, to a classmate's notebook), a FIFO, a device or
 a file over ``MOST_BYTES`` is that student's row, refused, never read. Folders are searched without following
-links; a link to a folder found there is a row too, refused (so a room linked in from another disk is seen, not
-left out). A student's name is the file's path below the folder it was found in: the folder when the file is named
+links; a link to a folder found there is named on the terminal (``linked_folders``), not graded: a room linked in
+from another disk is said to be left out, and a name's `#N` never depends on the links beside it. A student's name is the file's path below the folder it was found in: the folder when the file is named
 like a lab (`alice/02_recompute.ipynb` is alice; a lab's file right in a folder given, `alice/`, is named by that
 folder). Files listed one by one (the shell's `returned/*/02_recompute.ipynb`) are named as if the folder that
 holds all their students' folders had been given, so a class is named alike however its files are given; a listed
@@ -27,7 +27,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MOST_BYTES", "Returned", "discover", "read_text"]
+__all__ = ["MOST_BYTES", "Returned", "discover", "linked_folders", "read_text"]
 
 MOST_BYTES = 16 * 2**20  # a returned notebook's size at most (a lab's student notebook is well under 1 MiB)
 
@@ -75,9 +75,6 @@ def _refusal(path: Path) -> str:
         return "missing: no such file"
     except OSError as e:
         return f"cannot be read ({e.strerror})"
-    if stat.S_ISLNK(info.st_mode) and os.path.isdir(path):
-        return ("a symbolic link to a folder, never searched (links are not followed: give the folder it points to "
-                "itself, where it is the class's)")
     if stat.S_ISLNK(info.st_mode):
         return "a symbolic link, not a file of the student's (only regular files are graded)"
     if not stat.S_ISREG(info.st_mode):
@@ -88,13 +85,25 @@ def _refusal(path: Path) -> str:
 
 
 def _walk(folder: Path) -> list[Path]:
-    """Every *.ipynb below `folder` and every link to a folder there (a row refused, never searched: a student's
-    folder linked in from elsewhere is not left out without a word), checkpoint copies left out, in order."""
+    """Every *.ipynb below `folder`, links not followed, checkpoint copies left out, in order."""
     found = []
     for top, dirs, files in os.walk(folder, followlinks=False):
         dirs[:] = sorted(d for d in dirs if d != ".ipynb_checkpoints")
-        found += [Path(top) / d for d in dirs if os.path.islink(Path(top) / d)]
         found += [Path(top) / f for f in sorted(files) if f.endswith(".ipynb")]
+    return found
+
+
+def linked_folders(paths: list[Path]) -> list[Path]:
+    """The links to folders below the folders given, none searched (see the module's note), so that a room or a
+    student's folder linked in from elsewhere is named, not left out without a word; those below a hidden folder
+    (a virtual environment's lib64, a cache) are left out, as no lab is handed in there."""
+    found = []
+    for given in paths:
+        if not os.path.isdir(given) or os.path.islink(given):
+            continue
+        for top, dirs, _ in os.walk(given, followlinks=False):
+            found += [Path(top) / d for d in sorted(dirs) if os.path.islink(Path(top) / d) and not d.startswith(".")]
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
     return found
 
 

@@ -128,10 +128,17 @@ class Grader:
         return by_name if by_name in self.labs else self.labs[0] if len(self.labs) == 1 else None
 
     def identify(self, nb: nbformat.NotebookNode | None, path: Path) -> tuple[str | None, str]:
-        """(lab to grade it as, or None; why it is not that lab's notebook, or "")."""
+        """(lab to grade it as, or None; why it is not that lab's notebook, or ""). A file named like a lab graded
+        here is that lab's submission whatever it holds (another lab's notebook is refused under the lab its name
+        says): its student's name is unique per that lab only (files.discover), and grading it as another lab
+        would give that lab two submissions of one name."""
         expected = self.expected(path)
         scores = {lab: match(nb, p) for lab, p in self.pristine.items()} if nb is not None else {}
         best = max(scores, key=scores.get) if scores and max(scores.values()) >= 0.5 else None
+        named = next((n for n, p in self.notebooks.items() if p.stem == path.stem), None)  # the lab its name says
+        if best is not None and named in self.labs and best != named:
+            return named, (f"this is the notebook of Lab {best} ({self.notebooks[best].name}), not Lab {named}, "
+                           f"as its name {path.name} says")
         if best is not None and best not in self.labs:
             wanted = f"Lab {expected}" if expected else f"a lab graded here ({', '.join(self.labs)})"
             return expected, f"this is the notebook of Lab {best} ({self.notebooks[best].name}), not {wanted}"
@@ -215,7 +222,7 @@ class Grader:
             return {"argv": self.box.argv(self.templates[lab], job_file, slot, inner)}
         kit = self.templates[lab]
         work = Path(tempfile.mkdtemp(prefix="run-", dir=self.tmp))
-        env = dict({k: v for k, v in os.environ.items() if k != sandbox.BOX_OF},  # no box: never said to be in one
+        env = dict({k: v for k, v in os.environ.items() if k != sandbox.BOX_OF},  # no box: never said to be one
                    PYTHONPATH=str(kit.parent), LABKIT_PROFILE=self.limits["profile"],
                    PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=str(self.threads), MPLBACKEND="Agg")
         return {"argv": [sys.executable, str(kit / "course" / "grade" / "worker.py"), str(job_file), "--memory", memory],
@@ -281,6 +288,9 @@ def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: in
         for r in returned:
             if r.note:  # two files that would take one name: both graded, the second named apart
                 print(f"labkit grade: {r.note}", file=sys.stderr)
+        for link in files.linked_folders(paths):
+            print(f"labkit grade: {link} is a link to a folder, not searched (links are never followed): give the "
+                  "folder it points to, if it holds the class's notebooks", file=sys.stderr)
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             results = pool.map(grader.grade, returned)
             rows = [r for rs in tqdm(results, total=len(returned), desc="grading", unit="notebook",

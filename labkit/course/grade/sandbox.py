@@ -160,6 +160,9 @@ def unusable() -> str | None:
                "(Debian/Ubuntu: apt-get install bubblewrap)"
     if _privileged() and shutil.which("setpriv") is None:
         return "run as root, labkit grade drops to a uid of its own with setpriv (util-linux), which is not installed"
+    if not _pid_namespace():  # the box's worker is told it is one by this (worker.py, Reach); without it, it ends
+        return "/proc/self/ns/pid cannot be read here (no /proc, or not Linux's): a box's worker could not be told " \
+               "from a process outside any box"
     # the box itself first: where no box can be made (no user namespaces), identity()'s probe fails too
     probe = subprocess.run(_user(0) + [bwrap(), "--ro-bind", "/", "/", *_BWRAP, "true"], capture_output=True, text=True)
     if probe.returncode != 0:
@@ -258,8 +261,8 @@ class Box:
 
 
 def _pid_namespace() -> str:
-    """This process's pid namespace ("pid:[4026531836]"); "" where /proc does not say (the worker then takes itself
-    to be outside any box)."""
+    """This process's pid namespace ("pid:[4026531836]"); "" where /proc does not say (unusable() then refuses to
+    make a box: its worker would take itself to be outside any box)."""
     try:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
