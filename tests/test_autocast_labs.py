@@ -7,15 +7,14 @@ Marker `long`: eight notebooks run whole take minutes, so `make long-test` (CI's
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError, CellTimeoutError
+from nbclient.exceptions import CellExecutionError
 
 from labkit.course.catalog import LABS
+from labkit.course.notebook import run_once_more_on_timeout
 
 pytestmark = [pytest.mark.long, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,19 +25,10 @@ def test_a_lab_runs_to_its_end_under_bfloat16_autocast(lab, monkeypatch):
     monkeypatch.setenv("LABKIT_PROFILE", "tiny")
     monkeypatch.setenv("LABKIT_AUTOCAST", "bfloat16")
     path = lab.solution(ROOT)
-    for attempt in (1, 2):  # a cell without a reply once more, in a new kernel (see tools/lab_peaks.py's peaks)
-        nb = nbformat.read(path, as_version=4)
-        client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                                resources={"metadata": {"path": str(path.parent)}})  # the kernel inherits os.environ
-        try:
-            client.execute()
-            break
-        except CellExecutionError as e:
-            pytest.fail(f"lab {lab.number} under LABKIT_AUTOCAST=bfloat16: {str(e)[-2000:]}")
-        except CellTimeoutError as e:
-            if attempt == 2:
-                raise
-            print(f"lab {lab.number}: no reply from a cell in 600 s ({str(e)[:200]}); once more", file=sys.stderr)
+    try:
+        nb = run_once_more_on_timeout(lambda: nbformat.read(path, as_version=4), path.parent, 600, f"lab {lab.number}")
+    except CellExecutionError as e:
+        pytest.fail(f"lab {lab.number} under LABKIT_AUTOCAST=bfloat16: {str(e)[-2000:]}")
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     if lab.number in ("02", "04", "07"):  # these labs print their model's dtype: the autocast is said
         assert "under torch.bfloat16 autocast" in outputs, f"lab {lab.number} never says it ran under autocast"

@@ -1,5 +1,6 @@
 """tools/lab_peaks.py runs a notebook once more, in a new kernel, when a cell gets no reply in its time (a kernel
-seen idle, its cell done, while nbclient waited on: make long-test hung an hour on it), and only once."""
+seen idle, its cell done, while nbclient waited on: make long-test hung an hour on it), and only once
+(labkit.course.notebook.run_once_more_on_timeout)."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,6 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient.exceptions import CellTimeoutError
+
+from labkit.course import notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("lab_peaks", ROOT / "tools" / "lab_peaks.py")
@@ -35,11 +38,11 @@ def test_a_cell_without_a_reply_runs_the_notebook_once_more_saying_so(tmp_path, 
     nb = tmp_path / "01_x.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), nb)
     seen: list = []
-    monkeypatch.setattr(lab_peaks, "NotebookClient", _client(1, seen))
+    monkeypatch.setattr(notebook, "NotebookClient", _client(1, seen))
     assert lab_peaks.peaks(nb) == FOUND and seen == [600, 600]
     assert "01_x.ipynb: no reply from a cell in 600 s" in capsys.readouterr().err
     seen.clear()
-    monkeypatch.setattr(lab_peaks, "NotebookClient", _client(2, seen))
+    monkeypatch.setattr(notebook, "NotebookClient", _client(2, seen))
     with pytest.raises(CellTimeoutError):  # twice: the lab's own, reported
         lab_peaks.peaks(nb)
     assert seen == [600, 600]

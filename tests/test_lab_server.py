@@ -36,8 +36,9 @@ def answer(url: str, server: subprocess.Popen, log: Path, seconds: float = 60.0)
             return urllib.request.urlopen(url, timeout=30)
         except urllib.error.URLError as e:
             if not isinstance(e.reason, ConnectionRefusedError) or time.monotonic() > deadline:
-                raise AssertionError(f"{url}: {e.reason}; the server {'ended' if server.poll() is not None else 'runs'};"
-                                     f" its log ends:\n{log.read_text()[-2000:]}") from e
+                state = "ended" if server.poll() is not None else "runs"
+                raise AssertionError(f"{url}: {e.reason}; the server {state}; its log ends:\n"
+                                     f"{log.read_text()[-2000:]}") from e
             if server.poll() is not None:
                 raise AssertionError(f"the server ended ({server.returncode}); its log ends:\n"
                                      f"{log.read_text()[-2000:]}") from e

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError
+
+from labkit.course.notebook import run_once_more_on_timeout
 
 SETUP = """
 import importlib
@@ -45,23 +45,16 @@ print("LAB-PEAKS " + json.dumps({"rows": _rows, "predicted": _z.lab_peaks(_size)
 def peaks(notebook: Path, scale: int = 0, profile: str = "cpu", cell_seconds: float | None = None) -> dict:
     """{"rows": [(peak bytes, cell source), ...], "predicted": lab_peaks(...), "parts": lab_branches(...)} of
     `notebook` run under the meter. A cell without a reply in `cell_seconds` (default: 600 at the cpu sizes, an hour
-    at --scale) runs the notebook once more in a new kernel, saying so: make long-test once saw the kernel idle, lab
-    05's widget cell (roofline_explorer) done, while nbclient waited on for a reply it never got (ipykernel 7.4,
-    nbclient 0.11; jupyter/nbclient#312 reports widget cells blocking so)."""
-    cell_seconds = cell_seconds or (3600 if scale else 600)
-    for attempt in (1, 2):
+    at --scale) runs the notebook once more in a new kernel, saying so (labkit.course.notebook's
+    run_once_more_on_timeout)."""
+    def build() -> nbformat.NotebookNode:
         nb = nbformat.read(notebook, as_version=4)
         setup = SETUP.format(scale=scale, profile=profile)
         nb.cells = [nbformat.v4.new_code_cell(setup), *nb.cells, nbformat.v4.new_code_cell(REPORT)]
-        try:
-            NotebookClient(nb, timeout=cell_seconds, kernel_name="python3",
-                           resources={"metadata": {"path": str(notebook.resolve().parent)}}).execute()
-            break
-        except CellTimeoutError as e:
-            if attempt == 2:
-                raise
-            print(f"lab_peaks: {notebook.name}: no reply from a cell in {cell_seconds:g} s ({str(e)[:200]}); "
-                  "running the notebook again in a new kernel", file=sys.stderr)
+        return nb
+
+    nb = run_once_more_on_timeout(build, notebook.resolve().parent, cell_seconds or (3600 if scale else 600),
+                                  f"lab_peaks: {notebook.name}")
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
     return json.loads(text.split("LAB-PEAKS ", 1)[1])
 

@@ -3,11 +3,12 @@
 Only regular files are graded: a symlink (to the kit's solution, to a classmate's notebook), a FIFO, a device or
 a file over ``MOST_BYTES`` is that student's row, refused, never read. Folders are searched without following
 links; a link to a folder found there is named on the terminal (``linked_folders``), not graded: a room linked in
-from another disk is said to be left out, and a name's `#N` never depends on the links beside it. A student's name is the file's path below the folder it was found in: the folder when the file is named
-like a lab (`alice/02_recompute.ipynb` is alice; a lab's file right in a folder given, `alice/`, is named by that
-folder). Files listed one by one (the shell's `returned/*/02_recompute.ipynb`) are named as if the folder that
-holds all their students' folders had been given, so a class is named alike however its files are given; a listed
-file not named like a lab is its own name. A file given twice (by its folder and by itself) is graded once. Names
+from another disk is said to be left out, and a name's `#N` never depends on the links beside it. A student's
+name is the file's path below the folder it was found in: the folder when the file is named like a lab
+(`alice/02_recompute.ipynb` is alice; a lab's file right in a folder given, `alice/`, is named by that folder).
+Files listed one by one (the shell's `returned/*/02_recompute.ipynb`) are named as if the folder that holds all
+their students' folders had been given, so a class is named alike however its files are given; a listed file not
+named like a lab is its own name. A file given twice (by its folder and by itself) is graded once. Names
 are unique per lab (two files that would take one name are both kept, the second `alice#2`, and a ``note`` says
 so), printable, their bytes that are not UTF-8 escaped.
 

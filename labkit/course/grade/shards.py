@@ -33,7 +33,7 @@ from labkit.course.grade.report import _cell  # a CSV field as the gradebook wri
 __all__ = ["MARK", "ShardError", "parse", "part_of", "roster_of", "facts", "read", "merge", "written",
            "check_out"]
 
-SECONDS = re.compile(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")  # seconds as the CSV writes a float (or "")
+SECONDS = re.compile(r"([0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)?")  # seconds as the CSV writes a float, or ""
 MARK = "# labkit grade part "  # the first line of a part's CSV, before its JSON facts
 
 
@@ -117,7 +117,7 @@ def _seconds(value: object, where: str, text: bool = False) -> float:
     field is 0)."""
     try:
         if text:
-            took = float(value or 0) if isinstance(value, str) and (not value or SECONDS.fullmatch(value)) else math.nan
+            took = float(value or 0) if isinstance(value, str) and SECONDS.fullmatch(value) else math.nan
         else:
             took = float(value) if type(value) in (int, float) else math.nan
     except OverflowError:  # an integer past a float's range
