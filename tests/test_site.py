@@ -1,6 +1,7 @@
 """`make site`: an index in lab order, one page per solution, every figure embedded, every link resolving."""
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 from html.parser import HTMLParser
@@ -53,6 +54,16 @@ def test_the_index_lists_every_lab_in_order_one_line_each(site):
     assert pages == [f"{p.stem}.html" for p in SOLUTIONS]
     items = re.findall(r"<li>(.*?)</li>", (site / "index.html").read_text(), re.S)
     assert len(items) == len(SOLUTIONS) and all("\n" not in item.strip() for item in items)
+
+
+def test_each_index_line_says_what_its_own_lab_builds(site):
+    """The index's line of a lab is the catalog's sentence of what that lab builds: never empty, never a recap of
+    the lab before it (a notebook's opening sentence often is: lab 03 opens "Lab 02 checkpointed one block.")."""
+    items = re.findall(r"<li>(.*?)</li>", (site / "index.html").read_text(), re.S)
+    for lab, item in zip(LABS, items):
+        assert lab.builds and html.escape(lab.builds, quote=False) in item, (lab.number, item)
+        assert not re.match(r"(Labs?|In lab) \d", lab.builds), f"lab {lab.number}'s line recaps another lab"
+    assert len({lab.builds for lab in LABS}) == len(LABS)
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.name for p in SOLUTIONS])

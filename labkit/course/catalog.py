@@ -16,10 +16,11 @@ __all__ = ["Lab", "LABS"]
 
 @dataclass(frozen=True)
 class Lab:
-    """One lab: its number ("02") and name ("recompute")."""
+    """One lab: its number ("02"), name ("recompute") and what it builds, in a line."""
 
     number: str  # two digits, "00".."99": the order the labs are taken in
     name: str  # the notebook's name after its number, and the module of its exported code
+    builds: str = ""  # what this lab builds, one sentence of its own (not a recap of the lab before): the site's index
 
     @property
     def notebook(self) -> str:
@@ -53,14 +54,22 @@ class Lab:
 
 
 LABS: tuple[Lab, ...] = (
-    Lab("00", "start_here"),
-    Lab("01", "activation_memory"),
-    Lab("02", "recompute"),
-    Lab("03", "sqrt_n"),
-    Lab("04", "selective"),
-    Lab("05", "roofline"),
-    Lab("06", "pitfalls"),
-    Lab("07", "capstone"),
+    Lab("00", "start_here", "The frame every lab uses: the environment check, the profiles that size each experiment, "
+        "and one checked exercise."),
+    Lab("01", "activation_memory", "What autograd saves, measured op by op and module by module against Korthikanti's "
+        "formula, where one step's peak falls, and a leak-free saved-tensor hook of your own."),
+    Lab("02", "recompute", "A recomputing checkpoint written twice, as an autograd.Function and with saved-tensor "
+        "hooks, replaying RNG and autocast, held against torch.utils.checkpoint."),
+    Lab("03", "sqrt_n", "Chen's √n segments and their recursion on your own checkpoint, the measured U-curve, and an "
+        "optimal schedule for layers that differ, held to Revolve."),
+    Lab("04", "selective", "Selective checkpointing op by op: a policy from two dispatch modes, greedy and knapsack "
+        "planners under a budget, and your knapsack as torch.compile's solver."),
+    Lab("05", "roofline", "The bandwidth roofline that prices a recompute: this machine's ceilings, every op of a "
+        "block placed under them, and lab 04's planners priced by it."),
+    Lab("06", "pitfalls", "A harness that compares a plain and a checkpointed step bit for bit, what checkpointing can "
+        "silently change (summation order, dropout, BatchNorm), and when not to checkpoint."),
+    Lab("07", "capstone", "A planner for a whole language model under a memory budget, run for real against PyTorch's "
+        "own answers, and composed with FSDP2 and tensor parallelism."),
 )
 
 

@@ -44,18 +44,6 @@ def _title(nb: nbformat.NotebookNode, fallback: str) -> str:
     return fallback
 
 
-def _summary(nb: nbformat.NotebookNode) -> str:
-    """The first sentence of the first paragraph after the title."""
-    for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
-        paragraphs = [p for p in re.split(r"\n\s*\n", TITLE.sub("", cell.source)) if p.strip()]
-        if paragraphs:
-            text = " ".join(paragraphs[0].split())
-            return re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
-    return ""
-
-
 def _nav(pages: list[tuple[str, str]], index: int) -> str:
     """Markdown: index, previous and next lab."""
     links = ["[all labs](index.html)"]
@@ -120,7 +108,7 @@ def build(solutions: Path, out: Path) -> list[Path]:
     exporter = HTMLExporter(template_name="lab", extra_template_paths=[str(TEMPLATE)],
                             template_file="offline.html.j2")
     out.mkdir(parents=True, exist_ok=True)
-    lines = [f"* [{title}]({page}): {_summary(nb)}" for (page, title), nb in zip(pages, read)]
+    lines = [f"* [{title}]({page}): {lab.builds}" for (page, title), lab in zip(pages, LABS)]
     index = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
         f"# {INDEX_TITLE}\n\nEach lab as its solution notebook, executed on the `cpu` profile, with its "
         "outputs and figures. Read them beside the lessons; the exercises are in `notebooks/`.\n\n"
