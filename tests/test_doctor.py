@@ -89,7 +89,66 @@ def test_profile_without_torch_is_reported():
         raise ImportError("No module named 'torch'")
 
     c = dr.check_profile(resolve)
-    assert not c.ok and "torch" in c.detail
+    assert not c.ok and "needs torch" in c.detail and c.needs == "torch"
+    assert "LABKIT_PROFILE" not in c.fix  # the variable is not what is wrong
+
+
+# -- packages ------------------------------------------------------------------------
+
+def test_the_packages_checked_are_pyproject_s_dependencies():
+    import tomllib
+
+    pyproject = tomllib.loads((Path(dr.__file__).parents[2] / "pyproject.toml").read_text())
+    assert dr.REQUIRED == tuple(pyproject["project"]["dependencies"])
+
+
+def test_packages_all_there_pass():
+    c = dr.check_packages([])
+    assert c.ok and c.detail == f"all {len(dr.REQUIRED)} the labs need"
+
+
+def test_packages_missing_or_old_are_named_with_one_command_for_all():
+    c = dr.check_packages(["torch>=2.11", "pulp>=3.3 (has 3.0)"], command=lambda m: f"install {len(m)}")
+    assert not c.ok and c.severity == "error" and c.fix == "install 2"
+    assert c.detail == f"missing: torch>=2.11, pulp>=3.3 (has 3.0) (2 of the {len(dr.REQUIRED)} packages the labs need)"
+
+
+def test_packages_read_from_this_python(monkeypatch):
+    versions = {"torch": "2.13.0", "matplotlib": "3.5.1", "jupyterlab-widgets": "3.0.13"}
+    monkeypatch.setattr(dr, "_installed_version", versions.get)
+    missing = dr._missing()
+    assert "torch>=2.11" not in missing and "jupyterlab_widgets>=3.0" not in missing  # found by either spelling
+    assert "matplotlib>=3.8 (has 3.5.1)" in missing and "numpy>=1.26" in missing
+
+
+def test_the_install_command_is_the_kit_s_make_target_where_its_makefile_is(tmp_path):
+    (tmp_path / "Makefile").write_text("include tools/kit.mk\n")
+    other = str(tmp_path / "elsewhere")
+    laptop = dr.install_command(["torch>=2.11"], kit=str(tmp_path), prefix=other, hub=False)
+    assert laptop.startswith(f"cd {tmp_path} && make lab ")
+    assert dr.install_command(["torch>=2.11"], kit=str(tmp_path), prefix=other, hub=True).startswith(
+        f"cd {tmp_path} && make hub ")
+    # in the kit's own .venv (or with no Makefile beside the package), pip into this very Python
+    inside = dr.install_command(["torch>=2.11", "pulp>=3.3 (has 3.0)"], kit=str(tmp_path),
+                                prefix=str(tmp_path / ".venv"), hub=False, python="/x/python")
+    assert inside == '/x/python -m pip install "torch>=2.11" "pulp>=3.3"'
+    (tmp_path / "Makefile").unlink()
+    assert dr.install_command(["tqdm>=4.66"], kit=str(tmp_path), prefix=other, hub=False,
+                              python="/x/python") == '/x/python -m pip install "tqdm>=4.66"'
+
+
+def test_a_failure_the_packages_command_fixes_points_to_it_instead_of_a_fix_of_its_own():
+    packages = Check("packages", False, "missing: torch>=2.11, matplotlib>=3.8 (2 of the 12 packages the labs need)",
+                     "cd kit && make lab")
+    torch = dr.check_torch(None)
+    backend = dr.check_backend(None, False)
+    widgets = dr.check_widgets(None, None)  # ipywidgets is not among those the packages check named
+    lines = str(report(packages, torch, backend, widgets)).splitlines()
+    assert "       fix: cd kit && make lab" in lines
+    assert "  FAIL torch: torch does not import (fix: the packages command above)" in lines
+    assert "  FAIL matplotlib: matplotlib does not import (fix: the packages command above)" in lines
+    assert "  FAIL widgets: ipywidgets and jupyterlab_widgets not installed" in lines  # with its own fix below
+    assert lines.count("       fix: cd kit && make lab") == 1 and sum("fix:" in line for line in lines) == 4
 
 
 # -- widgets -----------------------------------------------------------------------
@@ -308,7 +367,7 @@ def test_doctor_on_this_machine_prints_a_few_lines_and_no_stderr(capsys):
     assert err == ""
     assert out.strip() == str(result)
     assert 5 <= len(out.splitlines()) <= 12
-    assert {c.name for c in result.checks} == {"torch", "profile", "widgets", "matplotlib", "cuda", "shm", "gpu share",
+    assert {c.name for c in result.checks} == {"packages", "torch", "profile", "widgets", "matplotlib", "cuda", "shm", "gpu share",
                                                 "allocator", "hub"}
 
 

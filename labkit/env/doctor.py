@@ -26,6 +26,11 @@ GPU_TORCH = {(2, 11): "every lab ran on an H200 (docs/gpu/nvidia-h200-16gib-torc
 # between two tested ones, or newer than all, is let through with a warning.
 MIN_TORCH = min((*TESTED_TORCH, *GPU_TORCH))
 SHM_MIN_BYTES = 1 << 30  # DataLoader workers pass batches through /dev/shm
+# What the labs need installed: pyproject.toml's [project] dependencies (a test holds the two equal), checked here
+# without importing any of them, so that a Python that has none still gets the report and the command to run
+REQUIRED = ("torch>=2.11", "numpy>=1.26", "matplotlib>=3.8", "ipywidgets>=8.1", "jupyterlab_widgets>=3.0",
+            "jupyterlab>=4.0", "ipykernel>=6.29", "nbformat>=5.10", "nbclient>=0.10", "tqdm>=4.66", "pulp>=3.3",
+            "pwlf>=2.2")
 WIDGETS_PAIRS = {7: 1, 8: 3}  # ipywidgets major -> the jupyterlab_widgets major it speaks to
 WIDGETS_PIP = 'pip install "ipywidgets>=8.1,<9" "jupyterlab_widgets>=3,<4"'
 
@@ -49,6 +54,7 @@ class Check:
     detail: str  # what was seen
     fix: str = ""  # what to do when not ok
     severity: str = "error"  # "error" fails the doctor; "warning" is printed but does not
+    needs: str = ""  # the distribution whose absence alone fails it: its fix is the packages check's command
 
 
 @dataclass(frozen=True)
@@ -83,9 +89,13 @@ class DoctorReport:
                  *([f"  sizes    {self.sizes}"] if self.sizes else []),
                  *([f"  hub      {self.hub}"] if self.hub else []),
                  f"  passed   {', '.join(passed) if passed else 'none'}"]
+        missing = next((c.detail for c in self.checks if c.name == "packages" and not c.ok), "")
         for c in self.failures:
             label = "WARN" if c.severity == "warning" else "FAIL"
-            lines += [f"  {label} {c.name}: {c.detail}", f"       fix: {c.fix}"]
+            if c.needs and c.needs in _names(missing):  # the packages check's one command installs it
+                lines.append(f"  {label} {c.name}: {c.detail} (fix: the packages command above)")
+            else:
+                lines += [f"  {label} {c.name}: {c.detail}", f"       fix: {c.fix}"]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -107,6 +117,12 @@ def _installed_version(package: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _names(detail: str) -> set[str]:
+    """The distributions a packages check's detail names ("missing: torch>=2.11, pulp>=3.3 (has 3.0) (2 of
+    the 12 ...)" -> {"torch", "pulp"})."""
+    return set(re.findall(r"(?:: |, )([A-Za-z0-9_.-]+)>=", detail))
 
 
 def _torch_version() -> str | None:
@@ -221,7 +237,7 @@ def check_torch(version: str | None = FROM_SYSTEM) -> Check:
     wanted = ".".join(map(str, MIN_TORCH))
     fix = f'pip install "torch>={wanted}" (or `make lab`, which installs the pinned version)'
     if version is None:
-        return Check("torch", False, "torch does not import", fix)
+        return Check("torch", False, "torch does not import", fix, needs="torch")
     release = _version_tuple(version)[:2]
     if release < MIN_TORCH:
         return Check("torch", False, f"torch {version} is older than {wanted}, the oldest labkit was tested on", fix)
@@ -241,11 +257,57 @@ def _releases(found: tuple[tuple[int, int], ...]) -> str:
     return ", ".join(".".join(map(str, r)) for r in sorted(found))
 
 
+def _missing() -> list[str]:
+    """The requirements of REQUIRED that this Python lacks ("torch>=2.11") or has older than their floor
+    ("matplotlib>=3.8 (has 3.5.1)")."""
+    found = []
+    for spec in REQUIRED:
+        name, _, floor = spec.partition(">=")
+        version = _installed_version(name) or _installed_version(name.replace("_", "-"))
+        if version is None or _version_tuple(version) < _version_tuple(floor):
+            found.append(spec if version is None else f"{spec} (has {version})")
+    return found
+
+
+def _kit_folder() -> str:
+    """The folder the labkit package sits in (the kit's checkout or bundle, where its Makefile is)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def install_command(missing: list[str], kit: str = FROM_SYSTEM, prefix: str = FROM_SYSTEM,
+                    hub: bool = FROM_SYSTEM, python: str = sys.executable) -> str:
+    """The one command that installs `missing`: the kit's own make target where its Makefile is (`make hub` on a
+    JupyterHub, into the hub's Python; `make lab` elsewhere, a .venv with the tested versions), else pip, into
+    this Python (in the kit's .venv already, or a kit installed without its folder)."""
+    kit = _kit_folder() if kit is FROM_SYSTEM else kit
+    prefix = sys.prefix if prefix is FROM_SYSTEM else prefix
+    hub = on_hub() is not None if hub is FROM_SYSTEM else hub
+    in_venv = os.path.abspath(prefix) == os.path.abspath(os.path.join(kit, ".venv"))
+    if os.path.exists(os.path.join(kit, "Makefile")) and not in_venv:
+        if hub:
+            return f"cd {kit} && make hub   (the kit's packages into this hub's Python, its torch kept)"
+        return (f"cd {kit} && make lab   (a .venv there with the tested versions of all of them, then JupyterLab "
+                "in it: run the labs, and this doctor, from that .venv)")
+    return f"{python} -m pip install " + " ".join(f'"{m.split(" (")[0]}"' for m in missing)
+
+
+def check_packages(missing: list[str] = FROM_SYSTEM, command: Callable[[list[str]], str] = install_command) -> Check:
+    """Every package the labs need is installed, at least at its floor; the fix is one command for all of them."""
+    missing = _missing() if missing is FROM_SYSTEM else missing
+    if not missing:
+        return Check("packages", True, f"all {len(REQUIRED)} the labs need")
+    return Check("packages", False, f"missing: {', '.join(missing)} ({len(missing)} of the {len(REQUIRED)} packages "
+                 "the labs need)", command(missing))
+
+
 def check_profile(resolve: Callable[[], str] = _active_profile) -> Check:
     """LABKIT_PROFILE, when set, names a profile this machine can run."""
     try:
         name = resolve()
-    except (ValueError, ImportError) as exc:
+    except ImportError as exc:
+        return Check("profile", False, f"choosing a profile needs torch: {exc}", "install torch (above)",
+                     needs="torch")
+    except ValueError as exc:
         return Check("profile", False, str(exc),
                      "unset LABKIT_PROFILE or set it to tiny, cpu or gpu (gpu needs CUDA)")
     return Check("profile", True, f"profile {name}")
@@ -262,7 +324,7 @@ def check_widgets(ipywidgets: str | None = FROM_SYSTEM,
                                     ("jupyterlab_widgets", jupyterlab_widgets)) if v is None]
     if missing:
         return Check("widgets", False, f"{' and '.join(missing)} not installed",
-                     f"{WIDGETS_PIP}, then restart JupyterLab")
+                     f"{WIDGETS_PIP}, then restart JupyterLab", needs=missing[0])
     found = f"ipywidgets {ipywidgets}, jupyterlab_widgets {jupyterlab_widgets}"
     widgets_major = _version_tuple(ipywidgets or "")[:1]
     lab_major = _version_tuple(jupyterlab_widgets or "")[:1]
@@ -280,7 +342,8 @@ def check_backend(backend: str | None = FROM_SYSTEM, in_kernel: bool = FROM_SYST
     backend = _mpl_backend() if backend is FROM_SYSTEM else backend
     in_kernel = _in_kernel() if in_kernel is FROM_SYSTEM else in_kernel
     if backend is None:
-        return Check("matplotlib", False, "matplotlib does not import", 'pip install "matplotlib>=3.8"')
+        return Check("matplotlib", False, "matplotlib does not import", 'pip install "matplotlib>=3.8"',
+                     needs="matplotlib")
     if not in_kernel:
         return Check("matplotlib", True, f"backend {backend} (command line)")
     lowered = backend.lower()
@@ -440,7 +503,7 @@ def check_hub(environ: Any = FROM_SYSTEM, prefix: str = FROM_SYSTEM, kit: str = 
 
 
 CHECKS: tuple[Callable[[], Check], ...] = (
-    check_torch, check_profile, check_widgets, check_backend, check_cuda, check_shm, check_gpu_share, check_allocator,
+    check_packages, check_torch, check_profile, check_widgets, check_backend, check_cuda, check_shm, check_gpu_share, check_allocator,
     check_hub)
 
 

@@ -47,7 +47,9 @@ sys.path.insert(0, str(HERE.parents[3]))  # the box's copy of the kit: labkit/co
 
 import torch  # noqa: E402,F401  (loaded once, here, before any fork: every child starts with it)
 
-import labkit  # noqa: E402,F401  (every module a checker relies on is loaded before any student code)
+import labkit  # noqa: E402
+
+labkit.import_all()  # every module a checker relies on is loaded before any student code
 from labkit.course import catalog  # noqa: E402
 from labkit.course.grade import guard, sandbox, wire  # noqa: E402
 from labkit.stubs import stub_of  # noqa: E402

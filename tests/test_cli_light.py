@@ -1,0 +1,90 @@
+"""A command line that starts anywhere (issue 53, item 5): on a Python without torch or Jupyter, `python -m labkit
+--help` works and `python -m labkit doctor` names what is missing and the one command that installs it, exit 1, no
+traceback; `import labkit` imports no torch until a lab's name is used."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory) -> Path:
+    """A Python of its own, with nothing installed (no torch, no Jupyter, no pip): the kit on its PYTHONPATH."""
+    folder = tmp_path_factory.mktemp("bare")
+    try:
+        venv.EnvBuilder(with_pip=False, system_site_packages=False).create(folder / "venv")
+    except Exception as e:  # noqa: BLE001  (a Python built without venv support: nothing to test here)
+        pytest.skip(f"cannot make a virtual environment here: {e}")
+    python = folder / "venv" / "bin" / "python"
+    probe = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    assert probe.returncode != 0, "the bare venv imports torch: it is not bare"
+    return python
+
+
+def run_bare(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "LABKIT_", "VIRTUAL_ENV"))}
+    return subprocess.run([python, *args], capture_output=True, text=True, cwd=cwd, timeout=120,
+                          env=dict(env, PYTHONPATH=str(ROOT)))
+
+
+def test_help_works_on_a_python_without_torch(bare, tmp_path):
+    done = run_bare(bare, "-m", "labkit", "--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "usage: python -m labkit" in done.stdout and "doctor" in done.stdout and done.stderr == ""
+    sub = run_bare(bare, "-m", "labkit", "grade", "--help", cwd=tmp_path)
+    assert sub.returncode == 0 and "--shard" in sub.stdout, sub.stderr
+
+
+def test_doctor_on_a_python_without_torch_names_what_is_missing_and_one_command(bare, tmp_path):
+    done = run_bare(bare, "-m", "labkit", "doctor", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stdout + done.stderr and done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert lines[0] == "labkit doctor: problems found"
+    packages = next(line for line in lines if line.startswith("  FAIL packages: missing: "))
+    for name in ("torch>=", "matplotlib>=", "jupyterlab>=", "ipykernel>=", "nbclient>="):
+        assert name in packages, packages
+    fixes = [line for line in lines if line.strip().startswith("fix:")]
+    assert fixes == [f"       fix: cd {ROOT} && make lab   (a .venv there with the tested versions of all of them, "
+                     "then JupyterLab in it: run the labs, and this doctor, from that .venv)"], lines
+    assert "  FAIL torch: torch does not import (fix: the packages command above)" in lines
+
+
+def test_a_lab_s_name_on_a_python_without_torch_says_what_to_run(bare, tmp_path):
+    code = "import labkit as lk\ntry:\n    lk.sizes\nexcept ImportError as e:\n    print(e)"
+    done = run_bare(bare, "-c", code, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith("labkit needs PyTorch, which does not import here") and \
+        "python -m labkit doctor" in done.stdout
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    return set(out.split())
+
+
+def test_import_labkit_and_help_import_no_torch_until_a_lab_needs_it():
+    assert "torch" not in _modules_after("import labkit")
+    assert "torch" not in _modules_after("import labkit as lk\nlk.doctor")
+    helped = _modules_after("import runpy, sys\nsys.argv = ['labkit', '--help']\ntry:\n"
+                            "    runpy.run_module('labkit', run_name='__main__')\nexcept SystemExit:\n    pass")
+    assert "torch" not in helped and "argparse" in helped
+    assert {"torch", "labkit.models", "labkit.checks"} <= _modules_after("import labkit as lk\nlk.sizes")
+
+
+def test_the_surface_names_each_resolve_and_dir_lists_them():
+    import labkit as lk
+
+    assert set(lk.SURFACE) | set(lk.ALONE) <= set(dir(lk)) and set(lk.__all__) == set(lk.SURFACE) | set(lk.ALONE)
+    for name in lk.__all__:
+        assert getattr(lk, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'planning'"):
+        lk.planning
