@@ -18,11 +18,14 @@ def figures():
 def test_plan_bench_prints_its_json_keys(figures):
     json.dumps(figures)
     assert set(figures) == {"machine", "budget_bytes", "plan", "predicted_peak", "measured_peak", "predicted_step_ratio",
-                            "measured_step_ratio", "fits", "step_ratio", "largest_batch", "planner_200_blocks_seconds",
+                            "measured_step_ratio", "fits", "gradients", "step_ratio", "largest_batch",
+                            "planner_200_blocks_seconds",
                             "budgets", "settings", "peers", "head_to_head", "sac_milp_fed", "sac_milp_plain_peak",
                             "planner_over_best_peer_max",
                             "planner_within_3_percent_of_best_peer", "foreign"}
-    assert set(figures["fits"]) == set(figures["step_ratio"]) == {"planner", *lk.plans.SCHEMES}
+    assert set(figures["fits"]) == set(figures["step_ratio"]) == set(figures["gradients"]) == {"planner",
+                                                                                                *lk.plans.SCHEMES}
+    assert all(g == {"gradients": "bitwise", "gradient_difference": 0.0} for g in figures["gradients"].values())
     assert set(figures["largest_batch"]) == {"planner", *lk.plans.SCHEMES}
 
 
@@ -65,9 +68,10 @@ def test_the_peers_table_has_every_method_at_five_budgets_each_measured(figures)
     for budget in budgets:
         here = [r for r in table if r["budget"] == budget]
         assert here[0]["method"] == "planner" and here[0]["fits"] and here[0]["measured_peak"] <= budget
-        assert all(r["fits"] == (r["measured_peak"] <= budget) for r in here if "error" not in r)
-    assert all(r["bitwise"] for r in figures["settings"] if r["method"] in ("planner", "torch full",
-                                                                           "checkpoint_sequential") and "error" not in r)
+        assert all(r["fits"] == (r["measured_peak"] <= budget and r["gradients"] != "wrong")
+                   for r in here if "error" not in r)
+    assert all(r["gradients"] == "bitwise" for r in figures["settings"] if r["method"] in (
+        "planner", "torch full", "checkpoint_sequential") and "error" not in r)
     for row in figures["head_to_head"]:
         fitting = [r for r in table if r["budget"] == row["budget"] and r["method"] != "planner" and r["fits"]]
         assert (row["planner_over_best_peer"] is None) == (not fitting)
@@ -82,3 +86,27 @@ def test_hugging_face_models_are_planned_fit_and_train_bitwise(figures):
         assert found["fits"] and found["measured_peak"] <= found["budget"], name
         assert found["trains_bitwise"] is True, name
         assert {r["method"] for r in found["peers"]} >= {"planner", "torch full", "compile budget"}, name
+
+
+def test_every_setting_is_judged_by_its_gradients_and_no_wrong_one_fits_or_is_raced(figures):
+    """bars/peers-gradients: each setting has `gradients` (bitwise, rounding or wrong) and a number
+    `gradient_difference`; no wrong setting fits or is the fastest peer; compile below budget 1 on lab 07's model
+    is judged wrong where its backward draws dropout masks again (0.4 and 0.2 on the tiny profile), budget 1 never
+    (pytorch/pytorch#190758)."""
+    judged = [r for r in figures["settings"] if "error" not in r]
+    assert judged and all(r["gradients"] in ("bitwise", "rounding", "wrong") for r in judged)
+    assert all(type(r["gradient_difference"]) is float for r in judged)
+    compile_ = {r["setting"]: r for r in judged if r["method"] == "compile budget"}
+    assert compile_["1"]["gradients"] == "bitwise" and compile_["1"]["judged_against"] == "compile budget 1"
+    for budget in ("0.4", "0.2"):
+        assert compile_[budget]["gradients"] == "wrong", compile_[budget]
+        assert compile_[budget]["gradient_difference"] > 0.1 and compile_[budget]["why"], compile_[budget]
+    wrong = {(r["method"], r["setting"]) for r in judged if r["gradients"] == "wrong"}
+    assert not any(r["fits"] for r in figures["peers"] if (r["method"], r["setting"]) in wrong)
+    assert all(r["why"].startswith("gradients wrong") for r in figures["peers"]
+               if (r["method"], r["setting"]) in wrong)
+    raced = {r["best_peer"] for r in figures["head_to_head"] if r["best_peer"]}
+    assert not raced & {f"{m} ({s})" for m, s in wrong}, raced
+    for found in figures["foreign"].values() if isinstance(figures["foreign"], dict) else ():
+        assert all(r["gradients"] in ("bitwise", "rounding", "wrong") for r in found["peers"] if "error" not in r)
+        assert not any(r["fits"] for r in found["peers"] if r.get("gradients") == "wrong")

@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import labkit as lk
 from labkit.bench import lab07
-from labkit.bench.peers import _grads, budgets, peers_table
+from labkit.bench.peers import budgets, peers_table
+from labkit.instruments.gradients import judge
 from labkit.planners.measuring import train_step
 from labkit.instruments.compiled import Compiled
 from labkit.instruments.meter import MemoryMeter
@@ -53,8 +54,7 @@ def _kept(model, c, context) -> int:
 
 
 def _same_grads(model, c, context) -> bool:
-    want = _grads(model, c.tokens, c.loss, contextlib.nullcontext)
-    return all(torch.equal(a, b) for a, b in zip(want, _grads(model, c.tokens, c.loss, context)))
+    return judge(model, c.tokens, c.loss, context).gradients == "bitwise"
 
 
 def test_torch_full_and_checkpoint_sequential_train_bitwise_and_keep_less(capstone):
@@ -179,22 +179,45 @@ def test_a_sac_policy_on_other_ops_than_traced_is_refused(capstone, stats):
         SacApplied(model, stats, {"GPT.nowhere": 0.5})
 
 
+def _row(method, setting, peak, ratio, gradients="bitwise"):
+    row = {"method": method, "setting": setting, "measured_peak": peak, "step_ratio": ratio,
+           "gradients": gradients, "gradient_difference": 0.0 if gradients == "bitwise" else 0.9,
+           "judged_against": "the plain step"}
+    return {**row, "why": "its gradients differ (planted)"} if gradients == "wrong" else row
+
+
 def test_the_table_takes_each_peers_fastest_setting_that_fits_and_says_when_none_does():
     plans = {100: [lk.plans.Step(0, 1, "keep")]}
-    rows = [{"method": "planner", "setting": "keep 0", "measured_peak": 90, "step_ratio": 1.0, "bitwise": True},
-            {"method": "a", "setting": "x", "measured_peak": 80, "step_ratio": 1.5, "bitwise": True},
-            {"method": "a", "setting": "y", "measured_peak": 99, "step_ratio": 1.2, "bitwise": True},
-            {"method": "a", "setting": "z", "measured_peak": 150, "step_ratio": 1.0, "bitwise": True},
-            {"method": "b", "setting": "u", "measured_peak": 130, "step_ratio": 1.1, "bitwise": True},
-            {"method": "b", "setting": "v", "measured_peak": 120, "step_ratio": 1.3, "bitwise": True}]
+    rows = [_row("planner", "keep 0", 90, 1.0), _row("a", "x", 80, 1.5), _row("a", "y", 99, 1.2, "rounding"),
+            _row("a", "z", 150, 1.0), _row("b", "u", 130, 1.1), _row("b", "v", 120, 1.3)]
     table = peers_table(rows, plans)
     assert [(r["method"], r["setting"], r["fits"]) for r in table] == [
         ("planner", "keep 0", True), ("a", "y", True), ("b", "v", False)]
 
 
+def test_a_setting_whose_gradients_are_wrong_never_fits_is_never_chosen_and_its_row_says_why():
+    """Wrong gradients (compile below budget 1 redrawing dropout in backward, pytorch/pytorch#190758): the
+    setting is no candidate; where it would have been its method's row (it fits and is faster), it is a row of
+    its own, fits false, saying why; a method with nothing else shows it so; a planner so judged does not fit."""
+    plans = {100: [lk.plans.Step(0, 1, "keep")]}
+    rows = [_row("planner", "keep 0", 90, 1.0), _row("a", "slow", 95, 1.5), _row("a", "fast", 80, 1.1, "wrong"),
+            _row("a", "big", 150, 0.9, "wrong"), _row("b", "only", 50, 0.5, "wrong")]
+    table = peers_table(rows, plans)
+    assert [(r["method"], r["setting"], r["fits"]) for r in table] == [
+        ("planner", "keep 0", True), ("a", "slow", True), ("a", "fast", False), ("b", "only", False)]
+    for r in table[2:]:
+        assert r["why"].startswith("gradients wrong against the plain step, never a candidate: its gradients"), r
+    assert "why" not in table[1]
+    wrong_planner = peers_table([_row("planner", "keep 0", 90, 1.0, "wrong"), *rows[1:]], plans)[0]
+    assert wrong_planner["fits"] is False and wrong_planner["why"].startswith("gradients wrong")
+    with pytest.raises(KeyError, match="gradients"):  # a row never judged is no candidate, never taken as right
+        peers_table([_row("planner", "keep 0", 90, 1.0), {"method": "a", "setting": "x", "measured_peak": 1,
+                                                           "step_ratio": 1.0}], plans)
+
+
 def test_a_method_whose_every_setting_was_refused_is_a_refused_row_and_a_planner_that_did_not_run_is_an_error():
     plans = {100: [lk.plans.Step(0, 1, "keep")]}
-    planner = {"method": "planner", "setting": "keep 0", "measured_peak": 90, "step_ratio": 1.0, "bitwise": True}
+    planner = _row("planner", "keep 0", 90, 1.0)
     refused = {"method": "sac_milp", "setting": "0.9 of its peak", "error": "RuntimeError: refused"}
     table = peers_table([planner, refused], plans)
     assert table[1] == {"budget": 100, **refused, "fits": False}
@@ -211,6 +234,7 @@ def test_the_bar_needs_a_race_the_planner_fitting_everywhere_and_every_ratio_wit
     assert bar_holds([raced(0.9), raced(1.03), alone])
     assert not bar_holds([raced(0.9), raced(1.031)])
     assert not bar_holds([raced(0.9), unfit])
+    assert not bar_holds([raced(0.9), {**unfit, "why": "the planner's plan does not fit: its gradients wrong ..."}])
     assert not bar_holds([alone]) and not bar_holds([])
 
 
@@ -297,3 +321,33 @@ def test_pytorchs_selective_checkpoint_refuses_a_policy_that_saves_the_mask_nn_d
                     loss(model(tokens)).backward()
             else:
                 loss(model(tokens)).backward()
+
+
+def test_a_peer_whose_backward_draws_fresh_masks_is_judged_wrong_never_fits_and_is_never_raced(capstone):
+    """Planted: torch's checkpoint on every block without RNG replay (preserve_rng_state=False), whose backward
+    draws fresh dropout masks as compile below budget 1 does (pytorch/pytorch#190758). It keeps as little as torch
+    full at the same cost, and trains no error: its gradients alone tell. Judged wrong, it never fits, its row
+    says why, and the planner is raced against the right peer."""
+    from torch.utils.checkpoint import checkpoint
+
+    from labkit.bench.peers import Setting, head_to_head, run_settings
+    from labkit.instruments.blocks import patched
+    from labkit.planners import applied
+
+    model, opt = _steady(capstone)
+    plan = [lk.plans.Step(i, i + 1, "keep") for i in range(len(model.blocks))]
+    redraw = lambda: patched([(b, (lambda f: lambda *a, **k: checkpoint(  # noqa: E731
+        f, *a, use_reentrant=False, preserve_rng_state=False, **k))(b.forward)) for b in model.blocks])
+    found = [Setting("planner", lk.plans.describe(plan), lambda: applied(model, plan)),
+             Setting("torch full", "every block", lambda: torch_full(model)),
+             Setting("no rng replay", "every block", redraw)]
+    rows = run_settings(found, model, opt, capstone.tokens, capstone.loss, repeats=1)
+    verdicts = {r["method"]: (r["gradients"], r["gradient_difference"]) for r in rows}
+    assert verdicts["planner"] == verdicts["torch full"] == ("bitwise", 0.0), verdicts
+    assert verdicts["no rng replay"][0] == "wrong" and verdicts["no rng replay"][1] > 0.1, verdicts
+    budget = 10 * max(r["measured_peak"] for r in rows)  # every peak fits: only the gradients keep it out
+    table = peers_table(rows, {budget: plan})
+    wrong = next(r for r in table if r["method"] == "no rng replay")
+    assert wrong["fits"] is False and wrong["why"].startswith("gradients wrong against the plain step"), wrong
+    (raced,) = head_to_head(found, table, model, opt, capstone.tokens, capstone.loss, repeats=1)
+    assert raced["best_peer"] == "torch full (every block)", raced

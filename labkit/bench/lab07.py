@@ -22,6 +22,7 @@ from torch import nn
 from labkit.models import GPT, GPTConfig, gpt_tokens, next_token_loss
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
+from labkit.instruments.gradients import judge
 from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import benchmark, compare
@@ -94,18 +95,22 @@ def _planned_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Te
 
 
 def rows(c: Capstone, plans: dict[str, list[Step]], budget: int, repeats: int = 5) -> list[dict[str, Any]]:
-    """Each plan run for real on one copy of the model: predicted and measured peak, fits (measured peak <=
-    budget), predicted and measured step time over the plain step's (median of `repeats` alternating pairs)."""
+    """Each plan run for real on one copy of the model: predicted and measured peak, its one-step gradients
+    judged against the plain step's (labkit.instruments.gradients: `gradients`, `gradient_difference`), fits
+    (measured peak <= budget, gradients not wrong), predicted and measured step time over the plain step's
+    (median of `repeats` alternating pairs)."""
     out = []
     with torch.random.fork_rng(devices=cuda_devices(c.tokens)):
         model, opt, loss = _steady(c.model, c.tokens)
         for name, plan in plans.items():
             measured = measure_step(model, opt, c.tokens, loss, plan)
+            judged = judge(model, c.tokens, loss, lambda plan=plan: applied(model, plan))
             ratio = compare(_timed_step(model, opt, c.tokens), _planned_step(model, opt, c.tokens, plan),
                             repeats=repeats, warmup=1, device=c.tokens.device).ratio
             out.append({"name": name, "plan": describe(plan), "predicted_peak": peak_of(plan, c.profile),
-                        "measured_peak": measured, "fits": measured <= budget,
-                        "predicted_step_ratio": step_ratio(plan, c.profile), "measured_step_ratio": ratio})
+                        "measured_peak": measured, "fits": measured <= budget and judged.gradients != "wrong",
+                        **judged.fields(), "predicted_step_ratio": step_ratio(plan, c.profile),
+                        "measured_step_ratio": ratio})
     return out
 
 
@@ -281,9 +286,10 @@ def planning_seconds(planner: Callable[[Profile, int], Any], n: int = 200, repea
 
 def plan() -> dict[str, Any]:
     """`labkit bench plan`: at a budget 85% of the way from full recomputation's predicted peak up to keeping
-    everything's, the planner's plan against the fixed schemes, the largest batch each fits, and the seconds the
-    planner takes on 200 blocks of four ways; then, at five budgets, the planner against PyTorch's own answers
-    (labkit.bench.peers: `peers`, `head_to_head`)."""
+    everything's, the planner's plan against the fixed schemes (each one's gradients judged against the plain
+    step's), the largest batch each fits, and the seconds the planner takes on 200 blocks of four ways; then, at
+    five budgets, the planner against PyTorch's own answers (labkit.bench.peers: every setting judged by its
+    gradients, `peers`, `head_to_head`)."""
     from labkit.labs.capstone import plan_blocks, plan_for  # lab 07's planner (plan_for: with its errors)
 
     size = sizes()
@@ -298,6 +304,7 @@ def plan() -> dict[str, Any]:
             "predicted_peak": mine["predicted_peak"], "measured_peak": mine["measured_peak"],
             "predicted_step_ratio": mine["predicted_step_ratio"], "measured_step_ratio": mine["measured_step_ratio"],
             "fits": {name: r["fits"] for name, r in by.items()},
+            "gradients": {name: {k: r[k] for k in ("gradients", "gradient_difference")} for name, r in by.items()},
             "step_ratio": {name: r["measured_step_ratio"] for name, r in by.items()},
             "largest_batch": {r["name"]: r["batch"] for r in batch_rows(size, budget, plan_blocks, c.profile,
                                                                        timed=False)},

@@ -5,10 +5,13 @@ segments; each block compiled under torch.compile's ``activation_memory_budget``
 with eager kernels: "compile budget"); and ``sac_milp``, PyTorch's integer program over modules and discard
 fractions (labkit.planners.sac_milp). Each peer has a knob (segments, the compile budget, sac_milp's budget);
 each of its settings is run for real: one steady step under the meter (its peak, on the device), one step's
-gradients against the plain step's, and its step time over the plain step's (medians of alternating pairs).
-At each budget a peer's row is its fastest setting whose measured peak fits: the best it can do there,
-chosen by measurement. The planner's row is its plan for the budget, from its profile alone. Then the planner
-and the best peer that fits are timed against each other, in alternating pairs.
+gradients judged against its reference's (labkit.instruments.gradients: the plain step's for an eager way,
+compile at budget 1's for compile's budgets; bitwise, rounding or wrong), and its step time over the plain
+step's (medians of alternating pairs). At each budget a peer's row is its fastest setting whose gradients are not
+wrong and whose measured peak fits: the best it can do there, chosen by measurement; a wrong setting never fits,
+and where one would have been chosen the table says so in a row of its own. The planner's row is its plan for
+the budget, from its profile alone. Then the planner and the best peer that fits are timed against each other, in
+alternating pairs.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from torch import nn
 from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import compare
 from labkit.instruments.blocks import blocks_of
+from labkit.instruments.gradients import NotJudged, judge
 from labkit.instruments.meter import MemoryMeter
 from labkit.planners import applied
 from labkit.planners.measuring import train_step
@@ -67,6 +71,10 @@ class Setting:
     context: Callable[[], contextlib.AbstractContextManager[Any]]
     ran: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     error: str | None = None  # why it cannot run (PyTorch's own solver found no policy), reported as such
+    # the step its gradients are judged against: one that ran the same forward and recomputed nothing (the plain
+    # step; for compile's budgets, compile at budget 1, whose decomposed forward draws the same masks)
+    reference: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    against: str = "the plain step"
 
 
 def settings(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], plans: dict[int, list],
@@ -84,11 +92,14 @@ def settings(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     backends = [("aot_eager_decomp_partition", compile_budgets)]
     backends += [("inductor", INDUCTOR_BUDGETS)] if inductor else []
     for backend, fractions in backends:
+        name = "compile budget" if backend != "inductor" else "compile budget (inductor)"
+        whole = {b: CompiledBlocks(model, b, backend, blocks) for b in dict.fromkeys((*fractions, 1.0))}
+        reference = lambda c=whole[1.0], s=f"{name} 1 (the reference)": _both(c.ran(s), c)  # noqa: E731
         for budget in fractions:
-            compiled = CompiledBlocks(model, budget, backend, blocks)
-            name = "compile budget" if backend != "inductor" else "compile budget (inductor)"
+            compiled = whole[budget]
             found.append(Setting(name, f"{budget:g}", lambda c=compiled: c,
-                                 (lambda c=compiled, s=f"{name} {budget:g}": c.ran(s))))
+                                 (lambda c=compiled, s=f"{name} {budget:g}": c.ran(s)), reference=reference,
+                                 against=f"{name} 1"))
     try:
         stats = torch_stats(model, x, loss_fn, blocks)
     except ValueError as e:  # its estimators could not time an op: it is not fed, and says so
@@ -116,6 +127,15 @@ def settings(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.T
     return found, notes
 
 
+@contextlib.contextmanager
+def _both(*contexts: contextlib.AbstractContextManager[Any]) -> Any:
+    """Inside every one of `contexts`, entered in order."""
+    with contextlib.ExitStack() as stack:
+        for c in contexts:
+            stack.enter_context(c)
+        yield
+
+
 def _refused(what: str, e: BaseException) -> str:
     """The error's line, printed as it happens (a long run's refusals are not first seen at its end)."""
     line = f"{type(e).__name__}: {e}"[:300]
@@ -137,9 +157,11 @@ def _short(decisions: dict[str, float]) -> str:
 
 def run_settings(found: list[Setting], model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
                  loss_fn: Callable[[Any], torch.Tensor], repeats: int) -> list[dict[str, Any]]:
-    """Each setting run for real: its measured peak, whether one step's gradients equal the plain step's bit for
-    bit, and its step time over the plain step's (median of `repeats` alternating pairs). The peak is the
-    meter's, except for Inductor's kernels, whose buffers no dispatch mode sees: the CUDA allocator's peak."""
+    """Each setting run for real: its measured peak, its one-step gradients judged against its reference's
+    (`gradients`: bitwise, rounding or wrong; `gradient_difference`; labkit.instruments.gradients, Rule R), and
+    its step time over the plain step's (median of `repeats` alternating pairs). The peak is the meter's, except
+    for Inductor's kernels, whose buffers no dispatch mode sees: the CUDA allocator's peak. A setting whose
+    gradients cannot be judged (its forward is not its reference's) is a refused row, saying why."""
     plain_step = train_step(model, opt, x, loss_fn)
     rows = []
     for s in found:
@@ -154,16 +176,24 @@ def run_settings(found: list[Setting], model: nn.Module, opt: torch.optim.Optimi
                         plain_step()
                 # Inductor's buffers: the allocator's growth over the step, on top of what was there (as meter.peak)
                 peak = meter.baseline + meter.allocator_peak if "inductor" in s.method else meter.peak
-                want = _grads(model, x, loss_fn, contextlib.nullcontext)
-                bitwise = all(torch.equal(a, b) for a, b in zip(want, _grads(model, x, loss_fn, s.context)))
+                judged = _judged(s, model, x, loss_fn)
                 ratio = compare(plain_step, _under(s, plain_step), repeats=repeats, warmup=1, device=x.device).ratio
         except Exception as e:  # noqa: BLE001 - a setting PyTorch refuses (SAC on a tensor changed in place, a
-            opt.zero_grad(set_to_none=True)  # recompile limit): a row that says so, never a figure
+            opt.zero_grad(set_to_none=True)  # recompile limit), or one not judged: a row that says so, no figure
             rows.append({"method": s.method, "setting": s.setting, "error": _refused(f"{s.method} ({s.setting})", e)})
             continue
         rows.append({"method": s.method, "setting": s.setting, "measured_peak": peak, "step_ratio": round(ratio, 4),
-                     "bitwise": bitwise})
+                     **judged})
     return rows
+
+
+def _judged(s: Setting, model: nn.Module, x: torch.Tensor, loss_fn: Callable) -> dict[str, Any]:
+    """The setting's gradient fields against its reference's, and what that reference was; NotJudged names both."""
+    try:
+        found = judge(model, x, loss_fn, s.context, s.reference)
+    except NotJudged as e:
+        raise NotJudged(f"gradients not judged against {s.against}: {e}") from None
+    return {**found.fields(), "judged_against": s.against}
 
 
 def _under(s: Setting, step: Callable[[], None]) -> Callable[[], None]:
@@ -173,39 +203,56 @@ def _under(s: Setting, step: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
-def _grads(model: nn.Module, x: torch.Tensor, loss_fn: Callable, context: Callable) -> list[torch.Tensor]:
-    """The gradients of one forward and backward under context() from seed 0 (dropout draws alike)."""
-    with torch.random.fork_rng(devices=cuda_devices(x, model)):
-        torch.manual_seed(0)
-        model.zero_grad(set_to_none=True)
-        with context():
-            loss_fn(model(x)).backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
 def peers_table(rows: list[dict[str, Any]], plans: dict[int, list]) -> list[dict[str, Any]]:
     """Per budget and method: the planner's row for its plan; each peer's fastest setting that fits (or, where
-    none fits, its setting of least peak, fits false; where every setting was refused, the first refusal).
-    Each row keeps its setting's `bitwise`: a peer whose gradients are not the plain step's may be fastest."""
+    none fits, its setting of least peak, fits false; where every setting was refused, the first refusal). A
+    setting whose gradients are wrong never fits and is never chosen: where it would have been its method's row
+    (it fits and is faster, or the method has nothing else), it is a row of its own, fits false, `why` saying so."""
     table = []
     for budget, plan in plans.items():
         mine = next(r for r in rows if r["method"] == "planner" and r["setting"] == describe(plan))
         if "error" in mine:
             raise ValueError(f"peers_table: the planner's plan {describe(plan)} at {budget:,} B did not run: "
                              f"{mine['error']}")
-        table.append({"budget": budget, **mine, "fits": mine["measured_peak"] <= budget})
+        fits = _right(mine) and mine["measured_peak"] <= budget
+        table.append({"budget": budget, **mine, "fits": fits, **({} if _right(mine) else {"why": _wrong_why(mine)})})
         for method in _distinct(r["method"] for r in rows if r["method"] != "planner"):
             own = [r for r in rows if r["method"] == method and "error" not in r]
             if not own:
                 refused = next(r for r in rows if r["method"] == method)
                 table.append({"budget": budget, **refused, "fits": False})
                 continue
-            fit = [r for r in own if r["measured_peak"] <= budget]
-            best = min(fit, key=lambda r: r["step_ratio"]) if fit else min(own, key=lambda r: r["measured_peak"])
-            table.append({"budget": budget, **best, "fits": bool(fit)})
+            table += _method_rows(own, budget)
     return table
+
+
+def _right(row: dict[str, Any]) -> bool:
+    """Its gradients were judged and are not wrong (a row that was never judged is no candidate either)."""
+    return row["gradients"] in ("bitwise", "rounding")
+
+
+def _wrong_why(row: dict[str, Any]) -> str:
+    return f"gradients wrong against {row['judged_against']}, never a candidate: {row['why']}"
+
+
+def _best(rows: list[dict[str, Any]], budget: int) -> tuple[dict[str, Any], bool]:
+    """The fastest of `rows` whose peak fits `budget`, True; else the one of least peak, False."""
+    fit = [r for r in rows if r["measured_peak"] <= budget]
+    return (min(fit, key=lambda r: r["step_ratio"]), True) if fit else (min(rows, key=lambda r: r["measured_peak"]),
+                                                                        False)
+
+
+def _method_rows(own: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+    """One method's rows at `budget`: its best right setting, and the wrong one that would have been chosen."""
+    right = [r for r in own if _right(r)]
+    out = []
+    if right:
+        best, fits = _best(right, budget)
+        out.append({"budget": budget, **best, "fits": fits})
+    chosen, fits = _best(own, budget)
+    if not _right(chosen) and (fits or not right):
+        out.append({"budget": budget, **chosen, "fits": False, "why": _wrong_why(chosen)})
+    return out
 
 
 def head_to_head(found: list[Setting], table: list[dict[str, Any]], model: nn.Module, opt: torch.optim.Optimizer,
@@ -218,9 +265,10 @@ def head_to_head(found: list[Setting], table: list[dict[str, Any]], model: nn.Mo
     for budget in _distinct(r["budget"] for r in table):
         here = [r for r in table if r["budget"] == budget]
         mine = here[0]
-        fitting = [r for r in here[1:] if r["fits"]]
+        fitting = [r for r in here[1:] if r["fits"] and _right(r)]  # a wrong setting never fits (peers_table)
         if not fitting or not mine["fits"]:  # nothing to race, or the planner does not fit: no ratio, said why
-            why = "no peer fits" if not fitting else "the planner's plan does not fit"
+            why = ("no peer fits" if not fitting else "the planner's plan does not fit" if _right(mine) else
+                   f"the planner's plan does not fit: its {_wrong_why(mine)}")
             out.append({"budget": budget, "best_peer": None, "planner_over_best_peer": None, "why": why})
             continue
         best = min(fitting, key=lambda r: r["step_ratio"])
@@ -238,9 +286,10 @@ BAR = 1.03  # issue 31: the planner's step at most 3% slower than the fastest pe
 
 def bar_holds(versus: list[dict[str, Any]]) -> bool:
     """Whether head_to_head's rows meet the bar: at least one budget raced, the planner fitting at every budget
-    (a row without a ratio because the planner's plan did not fit fails it), and every ratio at most BAR."""
+    (a row without a ratio because the planner's plan did not fit, or whose gradients are wrong, fails it), and
+    every ratio at most BAR."""
     raced = [r["planner_over_best_peer"] for r in versus if r["planner_over_best_peer"] is not None]
-    unfit = any(r.get("why") == "the planner's plan does not fit" for r in versus)
+    unfit = any(r.get("why", "").startswith("the planner's plan does not fit") for r in versus)
     return bool(raced) and not unfit and all(r <= BAR for r in raced)
 
 
@@ -278,8 +327,9 @@ def foreign_figures(cfg: Any, vocab: int, plan_for: Callable[[Any, int], list], 
     """Lab 07's planner on models no one here wrote: GPT-2 and Llama from `transformers`, built from their configs
     at the capstone's shapes (labkit.models.hugging_face), profiled with blocks= where Hugging Face keeps them,
     planned halfway between full recomputation's predicted peak and keeping everything's, and run on `device`: the
-    measured peak against the budget, three training steps against plain ones (losses and weights, bit for bit), and the
-    planner against every peer at that budget. A model that fails is a row {"error": why}, printed as it happens."""
+    measured peak against the budget, the plan's one-step gradients judged, three training steps against plain ones
+    (losses and weights, bit for bit), and the planner against every peer at that budget, each judged by its
+    gradients. A model that fails is a row {"error": why}, printed as it happens."""
     out: dict[str, Any] = {}
     for name in names:
         try:
@@ -304,7 +354,8 @@ def _foreign(name: str, cfg: Any, vocab: int, plan_for: Callable[[Any, int], lis
     plan = plan_for(profile, budget)
     mine = found["peers"][0]
     return {"blocks": path, "budget": budget, "plan": describe(plan), "measured_peak": mine["measured_peak"],
-            "fits": mine["fits"], "trains_bitwise": _trains_bitwise(model, tokens, loss, plan, path),
+            "fits": mine["fits"], "gradients": mine["gradients"],
+            "trains_bitwise": _trains_bitwise(model, tokens, loss, plan, path),
             "peers": found["peers"], "head_to_head": found["head_to_head"][0],
             "errors": [f"{r['method']} ({r['setting']}): {r['error']}" for r in found["settings"] if "error" in r]}
 
