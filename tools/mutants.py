@@ -5,7 +5,9 @@
 A mutant flips one comparison (== !=, < <=, > >=, is/is not, in/not in), one
 arithmetic operator (+ -, * //, / *), one `and`/`or`, drops one `not`, shifts
 one integer constant by one, flips one boolean constant, or deletes one call
-statement. Each runs in a copy of the kit (the tree is never touched), against
+statement, in the module's own text: every other character stays, comments
+included, so a test that reads the module's source still finds it. Each runs
+in a copy of the kit (the tree is never touched), against
 the tests given, stopping at the first failure. A mutant the tests do not
 kill "survives": either a bug they would let through, or a change that is no
 bug at all (an equivalent mutant) — read each one. Prints the survivors, then
@@ -21,6 +23,7 @@ import copy
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -86,10 +89,63 @@ def mutants(source: str) -> list[Mutant]:
             if id(node) not in skip]
 
 
-def apply(source: str, mutant: Mutant) -> str:
-    """The module's source with one mutant planted (comments are lost; the code is the same)."""
-    tree = ast.parse(source)
-    node, _ = _sites(tree)[mutant.index]
+OPERATORS: dict[type, str] = {
+    ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Is: "is",
+    ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.Add: "+", ast.Sub: "-", ast.Mult: "*",
+    ast.FloorDiv: "//", ast.Div: "/", ast.And: "and", ast.Or: "or",
+}
+
+
+class Text:
+    """A module's source, addressed as ast addresses it (line from 1, column in UTF-8 bytes)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines = source.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def at(self, line: int, col: int) -> int:
+        """The character offset of (line, byte column)."""
+        return self.starts[line - 1] + len(self.lines[line - 1].encode()[:col].decode())
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.at(node.lineno, node.col_offset), self.at(node.end_lineno, node.end_col_offset)
+
+
+def _operator(text: Text, before: ast.AST, after: ast.AST, op: ast.AST) -> tuple[int, int]:
+    """Where op's word or sign is between two operands: what is left once parentheses, spaces, line
+    continuations and comments are passed over, which must read as the operator."""
+    lo, hi = text.span(before)[1], text.span(after)[0]
+    gap = re.sub(r"#[^\n]*", lambda c: " " * len(c.group()), text.source[lo:hi])
+    found = list(re.finditer(r"[^\s()\\]+", gap))
+    words = " ".join(m.group() for m in found)
+    if words != OPERATORS[type(op)]:
+        raise ValueError(f"line {before.lineno}: expected {OPERATORS[type(op)]!r} between the operands, "
+                         f"found {words!r}")
+    return lo + found[0].start(), lo + found[-1].end()
+
+
+def _edits(text: Text, node: ast.AST) -> list[tuple[int, int, str]]:
+    """(start, stop, new text) that plant the mutant at node, applied from the last."""
+    if isinstance(node, ast.Compare):
+        return [(*_operator(text, node.left, node.comparators[0], node.ops[0]), OPERATORS[SWAPS[type(node.ops[0])]])]
+    if isinstance(node, ast.BinOp):
+        return [(*_operator(text, node.left, node.right, node.op), OPERATORS[SWAPS[type(node.op)]])]
+    if isinstance(node, ast.BoolOp):  # one op for the whole chain: a and b and c
+        return [(*_operator(text, a, b, node.op), OPERATORS[SWAPS[type(node.op)]])
+                for a, b in zip(node.values, node.values[1:])]
+    if isinstance(node, ast.UnaryOp):  # not x -> (x): the parentheses keep `not (a or b)` whole
+        start, stop = text.span(node.operand)
+        return [(*text.span(node), f"({text.source[start:stop]})")]
+    if isinstance(node, ast.Constant):
+        return [(*text.span(node), repr((not node.value) if type(node.value) is bool else node.value + 1))]
+    return [(*text.span(node), "None")]  # a call statement
+
+
+def _mutate(node: ast.AST) -> None:
+    """Plant the mutant in the tree itself: what the edited text must parse to."""
     if isinstance(node, ast.Compare):
         node.ops[0] = SWAPS[type(node.ops[0])]()
     elif isinstance(node, (ast.BinOp, ast.BoolOp)):
@@ -101,7 +157,22 @@ def apply(source: str, mutant: Mutant) -> str:
         node.value = (not node.value) if type(node.value) is bool else node.value + 1
     elif isinstance(node, ast.Expr):
         node.value = ast.Constant(value=None)
-    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def apply(source: str, mutant: Mutant) -> str:
+    """The module's source with one mutant planted, every other character as it was: comments and layout
+    stay, so a test that reads the module's source (inspect.getsource, then a text edit) still finds it.
+    ValueError if the edited text does not parse to the mutated tree."""
+    tree = ast.parse(source)
+    node, change = _sites(tree)[mutant.index]
+    text = Text(source)
+    out = source
+    for start, stop, new in sorted(_edits(text, node), reverse=True):
+        out = out[:start] + new + out[stop:]
+    _mutate(node)
+    if ast.dump(ast.parse(out)) != ast.dump(tree):
+        raise ValueError(f"line {mutant.line}: {change}: the edited text is not the mutated module")
+    return out
 
 
 def run(module: Path, tests: list[str], mutant: Mutant | None, source: str, timeout: int) -> str:
