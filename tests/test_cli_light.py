@@ -88,3 +88,25 @@ def test_the_surface_names_each_resolve_and_dir_lists_them():
         assert getattr(lk, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'planning'"):
         lk.planning
+
+
+def test_the_kit_s_variables_are_read_through_labkit_env_variables(monkeypatch, tmp_path):
+    from labkit.checks.base import interactive
+    from labkit.env import variables
+    from labkit.labs import places
+
+    monkeypatch.setenv(variables.NOTEBOOKS, str(tmp_path))
+    assert places()[0] == tmp_path
+    monkeypatch.delenv(variables.NOTEBOOKS)
+    assert tmp_path not in places() and places()[0] == Path.cwd()
+    monkeypatch.setenv(variables.CHECKS, "show")
+    assert interactive() is True
+    monkeypatch.setenv(variables.CHECKS, "raise")
+    assert interactive() is False
+    monkeypatch.setenv(variables.CHECKS, "loud")  # not a mode: the guess (no frontend here)
+    assert variables.checks_mode() == "" and interactive() is False
+    with pytest.raises(ValueError, match="'LABKIT_OTHER' is not one of the kit's variables"):
+        variables.read("LABKIT_OTHER")
+    child = variables.for_child({"PATH": "/bin", variables.BOX_OF: "pid:[1]"}, profile="tiny")
+    assert child == {"PATH": "/bin", variables.PROFILE: "tiny"}
+    assert variables.for_child({}, box_of="pid:[2]") == {variables.BOX_OF: "pid:[2]"}

@@ -2,21 +2,56 @@
 anything chooses sizes; afterwards a change is refused, naming why."""
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
 import labkit as lk
 from labkit.env import profile as prof
+from labkit.env import variables
+
+
+@contextlib.contextmanager
+def fresh_kernel() -> Iterator[None]:
+    """A kernel that has chosen nothing yet, its profile and GPU share unset; afterwards every LABKIT_* variable
+    as it was, set or unset. (monkeypatch.delenv of an unset variable records nothing, so what lk.use set in the
+    test stayed set for every later test of the session.)"""
+    saved, chosen = {k: os.environ.get(k) for k in variables.NAMES}, prof._chosen
+    prof._chosen = None
+    for name in (variables.PROFILE, variables.GPU_MEMORY):
+        os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        prof._chosen = chosen
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture
-def fresh(monkeypatch):
-    """A kernel that has chosen nothing yet, its variables unset (and put back after the test)."""
-    monkeypatch.setattr(prof, "_chosen", None)
-    monkeypatch.delenv("LABKIT_PROFILE", raising=False)
-    monkeypatch.delenv("LABKIT_GPU_MEMORY", raising=False)
+def fresh():
+    with fresh_kernel():
+        yield
+
+
+@pytest.mark.parametrize("before", [None, "cpu"])
+def test_a_fresh_kernel_puts_back_what_lk_use_set(monkeypatch, before):
+    monkeypatch.delenv(variables.GPU_MEMORY, raising=False)
+    if before is None:
+        monkeypatch.delenv(variables.PROFILE, raising=False)
+    else:
+        monkeypatch.setenv(variables.PROFILE, before)
+    with fresh_kernel():
+        lk.use(profile="tiny", gpu_memory="12GiB")
+        lk.sizes()
+    assert os.environ.get(variables.PROFILE) == before and variables.GPU_MEMORY not in os.environ
 
 
 def test_use_before_the_first_sizes_sets_this_kernel_s_profile(fresh):

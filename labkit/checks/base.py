@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any, Callable
 
+from labkit.env import variables
 from labkit.stubs import stub_of
 
 Known = tuple[tuple[str, str], ...]  # (text in an error message, the hint it calls for)
@@ -192,8 +193,8 @@ def interactive() -> bool:
     send False. A checker then shows its failure and returns, so Run All goes on to the end, while a
     headless run still counts the failure. LABKIT_CHECKS=raise|show overrides the guess.
     """
-    mode = os.environ.get("LABKIT_CHECKS", "")
-    if mode in ("raise", "show"):
+    mode = variables.checks_mode()
+    if mode:
         return mode == "show"
     shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
     return bool(getattr(getattr(shell, "kernel", None), "_allow_stdin", False))

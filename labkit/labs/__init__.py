@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import importlib
 import linecache
-import os
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
+from labkit.env import variables
 from labkit.stubs import EXPORT
 
 
@@ -33,8 +33,8 @@ def lab_code(module: str, notebook: str) -> dict[str, Any]:
 
 def places() -> list[Path]:
     """Where a student's notebook is looked for: $LABKIT_NOTEBOOKS, the current folder, the kit's notebooks/."""
-    found = [Path(os.environ["LABKIT_NOTEBOOKS"])] if os.environ.get("LABKIT_NOTEBOOKS") else []
-    return found + [Path.cwd(), Path(__file__).resolve().parents[2] / "notebooks"]
+    given = variables.notebooks()
+    return ([given] if given else []) + [Path.cwd(), Path(__file__).resolve().parents[2] / "notebooks"]
 
 
 def your_code(module: str, notebook: str, path: Path | None = None) -> dict[str, Any]:
