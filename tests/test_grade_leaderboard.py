@@ -59,7 +59,8 @@ def test_a_plan_accepted_is_rebuilt_of_plain_values():
 
 def test_only_fitting_plans_rank_ties_share_a_rank_and_every_student_has_a_row(tmp_path):
     race = {"budgets": [100, 200]}
-    at = lambda peak, ratio, plan="keep 0-1": {"plan": plan, "peak": peak, "over_reference": ratio}  # noqa: E731
+    at = lambda peak, ratio, plan="keep 0-1": {"plan": plan, "peak": peak, "over_reference": ratio,  # noqa: E731
+                                               "gradients": "bitwise", "gradient_difference": 0.0}
     raced = {"ann": {"budgets": [{"budget": 100, **at(90, 1.0)}, {"budget": 200, **at(190, 1.2)}]},
              "bob": {"budgets": [{"budget": 100, **at(100, 1.0)}, {"budget": 200, **at(150, 0.9)}]},
              "cy": {"budgets": [{"budget": 100, **at(101, 0.5)}, {"budget": 200, "why": "the planner raised X"}]},
@@ -81,10 +82,37 @@ def test_only_fitting_plans_rank_ties_share_a_rank_and_every_student_has_a_row(t
 def test_ratios_within_the_tie_tolerance_of_a_rank_s_fastest_share_its_rank():
     """Times in a box are noisy: a plan within leaderboard.TIE (relative) of the fastest plan of a rank shares it."""
     assert leaderboard.TIE == 0.02
-    raced = {name: {"budgets": [{"budget": 100, "plan": "p", "peak": 50, "over_reference": ratio}]}
+    raced = {name: {"budgets": [{"budget": 100, "plan": "p", "peak": 50, "over_reference": ratio,
+                                 "gradients": "rounding" if name == "b" else "bitwise"}]}
              for name, ratio in (("a", 1.0), ("b", 1.015), ("c", 1.025), ("d", 1.04), ("e", 0.9))}
     ranks = {r["student"]: r["rank"] for r in leaderboard.rows({"budgets": [100]}, raced)}
     assert ranks == {"e": 1, "a": 2, "b": 2, "c": 4, "d": 4}
+
+
+def test_a_plan_whose_gradients_are_wrong_or_were_never_judged_never_ranks_and_its_row_says_why(tmp_path):
+    """A plan that fits and is the fastest, but whose one-step gradients are not the plain step's (judged wrong),
+    or whose race answer carries no verdict, is not ranked; its row says why, and the page shows the verdicts."""
+    race = {"budgets": [100]}
+    def at(ratio, **k):
+        return {"budgets": [{"budget": 100, "plan": "p", "peak": 50, "over_reference": ratio, **k}]}
+    wrong = leaderboard.judged({"gradients": "wrong", "gradient_difference": 0.97, "why": "planted redraw"})
+    raced = {"fast": at(0.5, **wrong), "silent": at(0.6), "odd": at(0.7, **leaderboard.judged({"gradients": "fine"})),
+             "right": at(1.0, **leaderboard.judged({"gradients": "bitwise", "gradient_difference": 0.0}))}
+    table = {r["student"]: r for r in leaderboard.rows(race, raced)}
+    assert table["right"]["rank"] == 1 and table["right"]["fits"] is True and table["right"]["why"] == ""
+    assert table["fast"]["fits"] is False and table["fast"]["rank"] == "" and table["fast"]["gradients"] == "wrong"
+    assert table["fast"]["why"] == "gradients wrong against the plain step: planted redraw"
+    assert table["silent"]["rank"] == "" and table["silent"]["why"] == "not judged by its gradients"
+    assert table["odd"]["rank"] == "" and table["odd"]["why"].startswith("not judged by its gradients (the race "
+                                                                         "answered gradients='fine'")
+    over = leaderboard.rows(race, {"big": {"budgets": [{"budget": 100, "plan": "p", "peak": 150, "over_reference": 0.5,
+                                                        **wrong}]}})[0]
+    assert over["why"].startswith("over budget") and over["rank"] == ""  # both: the budget is named first
+    book, page = leaderboard.write(list(table.values()), tmp_path)
+    assert "gradients" in book.read_text().splitlines()[0] and "planted redraw" in page.read_text()
+    assert leaderboard.judged({"gradients": "bitwise", "gradient_difference": 1}) == {  # an int is no float here
+        "gradients": "", "gradient_why": "not judged by its gradients (the race answered gradients='bitwise', "
+                                         "gradient_difference=1)"}
 
 def _lab07(nb: nbformat.NotebookNode, plan_blocks: str | None) -> nbformat.NotebookNode:
     """Lab 07's solution without outputs; with `plan_blocks`, its answer's body replaced by that line."""

@@ -298,3 +298,70 @@ def test_a_judge_that_died_is_replaced_and_the_next_submission_is_answered():
         assert hung.poll() is not None and slot.proc.poll() is None
     finally:
         slot.close()
+
+
+class _Answers(_Box):
+    """A box whose race process answers `messages`, then ends."""
+
+    def __init__(self, *messages: dict) -> None:
+        super().__init__()
+        self.messages = list(messages)
+
+    def from_child(self) -> dict:
+        if self.messages:
+            return self.messages.pop(0)
+        self.ended = {"op": "ended", "how": "exit", "status": 0}
+        raise judge.BoxGone("ended: exit")
+
+
+def _raced_in_process(plan: list) -> dict:
+    """worker.race's answer for `plan` at one budget (it is its own reference), run in this process on the tiny
+    profile: what the race's child sends the judge."""
+    import torch
+
+    from labkit.course.grade import wire, worker
+
+    read, write = os.pipe()
+    with torch.random.fork_rng():
+        worker.race({"plans": {"100": plan}, "reference": {"100": plan}}, write, None, repeats=1)
+    os.close(write)
+    try:
+        return wire.receive(read)
+    finally:
+        os.close(read)
+
+
+@pytest.mark.slow  # two races of the tiny model, in this process
+def test_a_plan_whose_gradients_come_out_wrong_in_the_race_never_ranks_and_its_row_says_why(monkeypatch):
+    """The race judges each plan's one-step gradients against the plain step's: the solution's way of applying a
+    plan trains bitwise and ranks; planted, an application whose checkpoints do not replay the RNG (backward draws
+    fresh dropout masks, as compile below budget 1 does) fits the budget, yet is judged wrong and never ranks."""
+    from torch.utils.checkpoint import checkpoint
+
+    import labkit.planners
+    from labkit.instruments.blocks import patched
+
+    monkeypatch.setenv("LABKIT_PROFILE", "tiny")
+    plan = [[0, 1, "keep"], [1, 2, "keep"]]
+    answers = {"right": _raced_in_process(plan)}
+
+    def redraw(model, steps, blocks=None):
+        return patched([(b, (lambda f: lambda *a, **k: checkpoint(f, *a, use_reentrant=False,
+                                                                  preserve_rng_state=False, **k))(b.forward))
+                        for b in model.blocks])
+    monkeypatch.setattr(labkit.planners, "applied", redraw)
+    answers["redraws"] = _raced_in_process(plan)
+    profile = Profile((BlockCosts(4, 1, 1.0), BlockCosts(4, 1, 1.0)), 0, 0, 0.01)
+    race = {"profile": base64.b64encode(pickle.dumps(profile)).decode(), "budgets": [10**12],
+            "reference": {str(10**12): plan}}
+    monkeypatch.setattr(judge.Judge, "_plans", lambda self, channel, job, profile, budgets:
+                        {10**12: {"steps": plan, "plan": "keep 0 | keep 1"}})
+    raced = {}
+    for student, answer in answers.items():
+        answer["peaks"] = {str(10**12): answer["peaks"]["100"]}
+        raced[student] = judge.Judge(60.0, 2**30, 8, 300.0)._race(_Answers(answer), {}, race)
+    table = {r["student"]: r for r in leaderboard.rows(race, raced)}
+    assert table["right"]["gradients"] == "bitwise" and table["right"]["rank"] == 1, table["right"]
+    bad = table["redraws"]
+    assert bad["gradients"] == "wrong" and bad["fits"] is False and bad["rank"] == "", bad
+    assert bad["why"].startswith("gradients wrong against the plain step: its gradients differ"), bad

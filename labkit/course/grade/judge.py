@@ -16,7 +16,6 @@ import io
 import itertools
 import os
 import pickle
-import signal
 import subprocess
 import threading
 import time
@@ -31,6 +30,7 @@ from labkit.checks import base
 from labkit.course import catalog
 from labkit.course.grade import wire
 from labkit.course.grade.sandbox import Cgroups
+from labkit.course.grade.watch import Watch  # the box from outside: its memory, processes and CPU share
 from labkit.stubs import stub_message
 
 __all__ = ["Outcome", "BoxGone", "Watch", "Judge"]
@@ -48,69 +48,6 @@ class Outcome:
 class BoxGone(BaseException):
     """The box died, stalled or broke the protocol while a check waited on it (a BaseException: the checkers'
     `except Exception` must not turn it into a student's error)."""
-
-
-class Watch:
-    """The box's processes, from outside: their memory and number, killed together when over a limit."""
-
-    def __init__(self, proc: subprocess.Popen, memory: int, processes: int) -> None:
-        self.proc, self.memory, self.processes = proc, memory, processes
-        self.why = ""  # why the box was killed, "" while it was not
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _tree(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat", "rb") as f:
-                        ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                children.setdefault(ppid, []).append(int(entry))
-        found, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            todo += children.get(pid, [])
-        return found
-
-    @staticmethod
-    def _rss(pid: int) -> int:
-        """The process's proportional set size (pages shared with its forks counted once among them), else RSS."""
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            pass
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            return 0
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2) and self.proc.poll() is None:
-            pids = self._tree()
-            rss = sum(self._rss(p) for p in pids)
-            if rss > self.memory or len(pids) > self.processes:
-                self.why = (f"memory over the box's limit ({rss / 2**30:.1f} GiB > {self.memory / 2**30:g} GiB)"
-                            if rss > self.memory else f"{len(pids)} processes, over the box's limit of {self.processes}")
-                self.kill()
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 class _Channel:
@@ -233,8 +170,9 @@ _BOXES = itertools.count()
 class Judge:
     """Grades submissions one after another, each in a box of its own (one Judge per job slot)."""
 
-    def __init__(self, seconds: float, memory: int, processes: int, total: float) -> None:
+    def __init__(self, seconds: float, memory: int, processes: int, total: float, cpus: float | None = None) -> None:
         self.seconds, self.memory, self.processes, self.total = seconds, memory, processes, total
+        self.cpus = cpus  # the CPUs a box may use (None: no share)
         self.raced: dict = {"why": "not raced"}  # the leaderboard's answer for the last submission run
 
     def _race(self, channel: _Channel, job: dict, race: dict) -> dict:
@@ -272,7 +210,7 @@ class Judge:
             row = {"budget": budget, **{k: v for k, v in planned[budget].items() if k != "steps"}}
             got = measured.get("peaks", {}).get(str(budget)) if str(budget) in mine else None
             if isinstance(got, dict) and isinstance(got.get("peak"), int) and isinstance(got.get("ratio"), float):
-                row.update(peak=got["peak"], over_reference=round(got["ratio"], 4))
+                row.update(peak=got["peak"], over_reference=round(got["ratio"], 4), **leaderboard.judged(got))
             elif str(budget) in mine:
                 row["why"] = f"not raced: {str(got.get('error') if isinstance(got, dict) else got)[:200]}"
             out.append(row)
@@ -334,13 +272,13 @@ class Judge:
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         command = argv + ["--fd-in", str(to_r), "--fd-out", str(from_w), "--seconds", str(self.seconds)]
-        groups = Cgroups(f"labkit-box-{os.getpid()}-{next(_BOXES)}", self.processes, self.memory)
+        groups = Cgroups(f"labkit-box-{os.getpid()}-{next(_BOXES)}", self.processes, self.memory, self.cpus)
         proc = subprocess.Popen(groups.entering(command), pass_fds=(to_r, from_w), env=env, cwd=cwd,
                                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
         os.close(to_r), os.close(from_w)
         errors = _Tail(proc.stderr)
-        watch = Watch(proc, self.memory, self.processes)
+        watch = Watch(proc, self.memory, self.processes, None if groups.keeps("cpu") else self.cpus)
         channel = _Channel(to_w, from_r, watch)
         outcomes: dict[str, Outcome] = {}
         ended, started = "", time.monotonic()
@@ -467,7 +405,7 @@ class _Tail:
 # ---------------------------------------------------------------- a judge process per job slot
 def serve(stdin: Any = None, stdout: Any = None) -> None:
     """`python -m labkit.course.grade.judge`: grade the submissions the grader sends, one JSON line each
-    ({"argv", "job", "env", "cwd", "limits"}), answering one JSON line each ({"outcomes", "ended"}). A process of its
+    ({"argv", "job", "env", "cwd", "limits", "cpus"}), answering one JSON line each ({"outcomes", "ended"}). A process of its
     own per job slot, so that the checkers that run here (torch's generators, its modes) never share one with
     another submission's. Whatever grading one submission raises is that submission's answer: the next is served."""
     import sys
@@ -489,7 +427,7 @@ def _answer(line: str) -> str:
         request = json.loads(line)
         limits = request["limits"]
         judge = Judge(limits["cell_timeout"], int(limits["memory_gib"] * 2**30), limits["processes"],
-                      limits["notebook_timeout"])
+                      limits["notebook_timeout"], request.get("cpus"))
         outcomes, ended = judge.run(request["argv"], request["job"], request.get("env"),
                                     Path(request["cwd"]) if request.get("cwd") else None, request.get("race"))
         raced = {"race": judge.raced} if request.get("race") else {}

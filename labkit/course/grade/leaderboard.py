@@ -6,10 +6,12 @@ and the kit's reference planner, given by the caller (the CLI passes labkit.labs
 never imported here), plans each. In each student's box, after the exercises (judge.py): a child loads the
 student's program and the judge calls its `plan_for(profile, budget)` through the pipe, as a remote checker calls
 a function; each plan comes back as data and is checked here (``plan_of``). Then a child that runs none of the
-student's code (worker.race) trains the same model under each plan: the meter's peak of a steady step, and the
-step's time over the reference plan's, timed in alternating pairs in that box. A plan fits when its measured
-peak is at most the budget, to the byte; a plan over budget never ranks; a planner that raised, returned no plan
-or a plan that is not one of the model's is a row that says why. ``rows`` ranks each budget's fitting plans by
+student's code (worker.race) trains the same model under each plan: the meter's peak of a steady step, the
+step's one-step gradients judged against the plain step's from the same seed (labkit.instruments.gradients:
+bitwise, rounding or wrong), and its time over the reference plan's, timed in alternating pairs in that box. A
+plan fits when its measured peak is at most the budget, to the byte, and its gradients are not wrong; a plan over
+budget, judged wrong or never judged never ranks; a planner that raised, returned no plan or a plan that is not
+one of the model's is a row that says why. ``rows`` ranks each budget's fitting plans by
 their time ratio (plans within ``TIE`` of a rank's fastest share it), ``write`` writes leaderboard.csv and a static
 leaderboard.html. The race runs alone in its box (worker.py ends every other process of the box first) and within
 ``race_seconds``, sized from the profile's measured step.
@@ -24,10 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from labkit.instruments.gradients import GRADIENTS
 from labkit.plans import RECOMPUTE, Profile, Step, describe
 
 __all__ = ["LAB", "COUNT", "REPEATS", "TIE", "SLACK", "COLUMNS", "prepare", "plan_of", "race_steps", "race_seconds",
-           "fill", "rows", "write", "described"]
+           "judged", "fill", "rows", "write", "described"]
 
 LAB = "07"
 COUNT = 5  # budgets: as many as bench plan races the peers at
@@ -35,7 +38,7 @@ REPEATS = 5  # alternating pairs per budget (a tiny step takes milliseconds)
 TIE = 0.02  # ratios within 2% of a rank's fastest plan share its rank: a box's timing noise is about that size
 SLACK = 10  # the race's limit over its steps at the plain step: a plan's step may take twice as long, on a share of
 #             the cores (a box has cpu_count / --jobs threads; the profile was timed with all of them)
-COLUMNS = ("budget", "student", "fits", "peak", "over_reference", "rank", "plan", "why")
+COLUMNS = ("budget", "student", "fits", "peak", "over_reference", "gradients", "rank", "plan", "why")
 
 
 def prepare(reference: Callable[[Profile, int], list[Step]], profile_name: str) -> dict[str, Any]:
@@ -97,16 +100,34 @@ def _unplain(step: Step) -> str:
     return ""
 
 
+JUDGE_STEPS = 4  # the forwards and backwards a plan's gradients take at most: the plan's and the plain step's,
+#                 then, where they differ, both again with dropout off (labkit.instruments.gradients, Rule R)
+
+
 def race_steps(budgets: int) -> int:
-    """The training steps worker.race runs for `budgets` plans: one to warm, then per plan the meter's two and
-    compare's warm-up and REPEATS pairs (two steps each)."""
-    return 1 + budgets * (2 + 2 * (1 + REPEATS))
+    """The training steps worker.race runs for `budgets` plans: one to warm, then per plan the meter's two, its
+    gradients' JUDGE_STEPS and compare's warm-up and REPEATS pairs (two steps each)."""
+    return 1 + budgets * (2 + JUDGE_STEPS + 2 * (1 + REPEATS))
 
 
 def race_seconds(step: float, budgets: int, seconds: float) -> float:
     """The race's time limit: SLACK times its steps at `step`, the plain step's seconds ``prepare`` measured (the
     profile's), and never less than `seconds`, one exercise's limit."""
     return float(max(seconds, SLACK * race_steps(budgets) * step))
+
+
+def judged(got: dict[str, Any]) -> dict[str, Any]:
+    """The gradient fields of the race's answer for one plan, as a row carries them ({"gradients",
+    "gradient_difference", "gradient_why"}), checked: an answer without a verdict, or with one that is not one of
+    labkit.instruments.gradients.GRADIENTS, is {"gradients": "", "gradient_why": why}, and such a plan never ranks."""
+    verdict, apart = got.get("gradients"), got.get("gradient_difference")
+    if verdict not in GRADIENTS or type(apart) is not float:
+        return {"gradients": "", "gradient_why": f"not judged by its gradients (the race answered gradients="
+                                                 f"{verdict!r:.40}, gradient_difference={apart!r:.40})"}
+    why = got.get("why") if verdict == "wrong" else ""
+    return {"gradients": verdict, "gradient_difference": apart,
+            "gradient_why": f"gradients wrong against the plain step: {str(why or '')[:200]}" if verdict == "wrong"
+            else ""}
 
 
 def fill(raced: dict[str, dict], graded: list) -> None:
@@ -140,17 +161,26 @@ def rows(race: dict[str, Any], raced: dict[str, dict]) -> list[dict]:
             found = next((b for b in answer.get("budgets", []) if b.get("budget") == budget), None)
             if found is None:
                 here.append({"budget": budget, "student": student, "fits": "", "peak": "", "over_reference": "",
-                             "rank": "", "plan": "", "why": answer.get("why") or "not raced"})
+                             "gradients": "", "rank": "", "plan": "", "why": answer.get("why") or "not raced"})
                 continue
-            peak = found.get("peak")
-            fits = isinstance(peak, int) and not found.get("why") and peak <= budget
-            why = found.get("why") or ("" if fits else f"over budget: its step peaks at {peak:,} B > {budget:,} B")
-            here.append({"budget": budget, "student": student, "fits": fits if isinstance(peak, int) else "",
-                         "peak": peak if isinstance(peak, int) else "", "over_reference": found.get("over_reference", ""),
-                         "rank": "", "plan": found.get("plan", ""), "why": why})
+            here.append(_row(budget, student, found))
         _rank(here)
         out += here
     return out
+
+
+def _row(budget: int, student: str, found: dict[str, Any]) -> dict[str, Any]:
+    """One student's row at `budget` from the judge's answer for it: it fits when its peak is at most the budget
+    and its gradients were judged and are not wrong; else `why` says which (the race's own why first)."""
+    peak, verdict = found.get("peak"), found.get("gradients", "")
+    measured = isinstance(peak, int)
+    over = measured and peak > budget
+    fits = measured and not found.get("why") and not over and verdict in ("bitwise", "rounding")
+    why = found.get("why") or ("" if fits else f"over budget: its step peaks at {peak:,} B > {budget:,} B" if over
+                               else found.get("gradient_why") or "not judged by its gradients")
+    return {"budget": budget, "student": student, "fits": fits if measured else "", "peak": peak if measured else "",
+            "over_reference": found.get("over_reference", ""), "gradients": verdict if measured else "", "rank": "",
+            "plan": found.get("plan", ""), "why": why}
 
 
 def _cell(value: Any) -> str:
@@ -184,17 +214,18 @@ def _html(table: list[dict]) -> str:
              "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}tr.out td{color:#888}</style></head><body>",
              "<h1>Lab 07: the planners at the lab's budgets</h1><p>Each plan's step, timed in alternating pairs "
              "against the kit's reference planner's in the same box (below 1: faster); a plan fits when the meter's "
-             f"peak of its step is at most the budget. A plan over budget is not ranked; plans within {TIE:.0%} of a "
-             "rank's fastest share its rank.</p>"]
+             "peak of its step is at most the budget and its one-step gradients, against the plain step's from the "
+             "same seed, are bitwise equal or apart by rounding. A plan over budget or whose gradients are wrong is "
+             f"not ranked; plans within {TIE:.0%} of a rank's fastest share its rank.</p>"]
     for budget in dict.fromkeys(r["budget"] for r in table):
         here = sorted((r for r in table if r["budget"] == budget),
                       key=lambda r: (r["rank"] == "", r["rank"] or 0, r["student"]))
         parts.append(f"<h2>Budget {budget:,} B ({budget / 2**20:.3f} MiB)</h2><table><tr>"
                      + "".join(f"<th>{c}</th>" for c in ("rank", "student", "fits", "peak (B)", "time / reference",
-                                                         "plan", "why")) + "</tr>")
+                                                         "gradients", "plan", "why")) + "</tr>")
         for r in map(_shown, here):
             cells = (r["rank"], r["student"], r["fits"], f"{r['peak']:,}" if r["peak"] != "" else "",
-                     r["over_reference"], r["plan"], r["why"])
+                     r["over_reference"], r["gradients"], r["plan"], r["why"])
             parts.append(f"<tr class='{'' if r['rank'] else 'out'}'>"
                          + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
         parts.append("</table>")

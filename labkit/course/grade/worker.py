@@ -406,7 +406,8 @@ def _alone(rounds: int = 50) -> list[int]:
 def race(message: dict, fd_out: int, memory: int | None, left: list[int] | None = None, repeats: int = 5) -> None:
     """The leaderboard's race, in a child that loads none of the student's code (its plans came back as data and
     were checked by the judge): lab 07's model from seed 0, one steady step, then per budget the meter's peak of a
-    step under the student's plan and its time over the reference plan's, in alternating pairs (the same plan is
+    step under the student's plan, its gradients judged against the plain step's (labkit.instruments.gradients), and
+    its time over the reference plan's, in alternating pairs (the same plan is
     the same step: 1, untimed). Not run beside a process `left` in the box (``_alone`` could not end it)."""
     if left:
         wire.send(fd_out, {"op": "unraced", "why": f"{len(left)} processes left in the box could not be ended "
@@ -415,6 +416,7 @@ def race(message: dict, fd_out: int, memory: int | None, left: list[int] | None 
         return
     from labkit.bench.lab07 import capstone_config
     from labkit.env.profile import sizes
+    from labkit.instruments.gradients import judge
     from labkit.instruments.timing import compare
     from labkit.models import GPT, gpt_tokens, next_token_loss
     from labkit.planners import applied, measure_step
@@ -440,8 +442,9 @@ def race(message: dict, fd_out: int, memory: int | None, left: list[int] | None 
         try:
             mine, ref = [Step(*s) for s in steps], [Step(*s) for s in message["reference"][budget]]
             peak = measure_step(model, opt, tokens, lambda out: next_token_loss(out, tokens), mine)
+            gradients = judge(model, tokens, lambda out: next_token_loss(out, tokens), lambda: applied(model, mine))
             ratio = 1.0 if mine == ref else compare(under(ref), under(mine), repeats=repeats, warmup=1).ratio
-            peaks[budget] = {"peak": int(peak), "ratio": float(ratio)}
+            peaks[budget] = {"peak": int(peak), "ratio": float(ratio), **gradients.fields()}
         except Exception as e:  # noqa: BLE001  (a plan the kit cannot apply: that budget's row says why)
             peaks[budget] = {"error": f"{type(e).__name__}: {_first_line(e)}"}
     wire.send(fd_out, {"op": "raced", "peaks": peaks})
