@@ -504,3 +504,33 @@ def test_a_higher_order_operator_with_a_subgraph_is_refused_by_name_not_half_cou
     x = torch.randn(4)
     with MemoryMeter(), pytest.raises(NotImplementedError, match="higher-order operator cond"):
         cond_op(torch.tensor(True), lambda t: t.sin(), lambda t: t.cos(), (x,))
+
+
+def test_a_saved_wrapper_subclass_is_counted_by_the_tensors_it_holds_and_one_it_cannot_read_is_refused():
+    """Rule D, one function for the ledger and the storages every instrument reads (tensors.plain_tensors)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    from labkit.instruments.tensors import plain_tensors, tensor_storages
+
+    a, b = torch.randn(8), torch.randn(8)
+    pair = TwoTensor(a, b)
+    assert [t is a or t is b for t in plain_tensors(pair)] == [True, True] and len(tensor_storages(pair)) == 2
+    x = torch.randn(8, requires_grad=True)
+    with Ledger() as ledger:
+        TwoTensor(x * 1, x * 2).sin().sum()  # sin saves its input: the pair, two 8-float tensors
+    assert ledger.total_bytes == 2 * 8 * 4
+
+    class Opaque(torch.Tensor):  # a wrapper with no __tensor_flatten__: its storage is a stand-in
+        @staticmethod
+        def __new__(cls, inner):
+            return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            return NotImplemented  # never reached: only its storage is asked for
+
+    opaque = Opaque(a)
+    assert list(plain_tensors(opaque)) == [opaque]
+    from labkit.instruments.ledger import _storage
+    with pytest.raises(TypeError, match="a subclass whose bytes cannot be read"):
+        _storage(opaque)

@@ -33,10 +33,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from labkit.instruments.tensors import check_callable, check_not_meta, module_stack, op_name, tensor_storages
+from labkit.instruments.tensors import (
+    check_callable, check_not_meta, module_stack, op_name, plain_tensors, tensor_storages,
+)
 
 __all__ = ["SavedTensor", "LedgerTable", "Ledger", "saved_tensors"]
 
@@ -192,10 +194,12 @@ class Ledger:
         node = t.grad_fn
         saves_outputs = node is not None and any(a.startswith("_saved_result") for a in dir(node))
         prev, outs = self._last
-        for part in _local_parts(t):  # Rule D
-            if part.layout != torch.strided or part.untyped_storage() in self._skip:
+        for part in plain_tensors(t):  # Rule D
+            if part.layout != torch.strided:
                 continue
-            st = part.untyped_storage()
+            st = _storage(part)
+            if st in self._skip:
+                continue
             self._pending.append(
                 _Pending((tuple(part.shape), part.dtype, st.nbytes()), st, self._modules[-1] if self._modules else "",
                          prev, id(st) in outs, saves_outputs)
@@ -253,24 +257,17 @@ class Ledger:
         return LedgerTable([(m, op, n, b) for (m, op), (n, b) in rows.items()], self.total_bytes)
 
 
-def _local_parts(t: torch.Tensor) -> Iterator[torch.Tensor]:
-    """t, or the plain tensors a wrapper subclass holds (a DTensor: its local shard); Rule D."""
-    if is_traceable_wrapper_subclass(t):
-        names, _ = t.__tensor_flatten__()
-        for name in names:
-            inner = getattr(t, name)
-            if isinstance(inner, torch.Tensor):  # a flatten may also name non-tensor attributes
-                yield from _local_parts(inner)
-        return
-    if t.layout == torch.strided:
-        try:
-            t.untyped_storage().data_ptr()
-        except RuntimeError as e:  # a wrapper's stand-in storage, which holds no bytes
-            raise TypeError(f"Ledger: autograd saved a tensor of type {type(t).__name__}, a subclass whose bytes "
-                            "cannot be read (a wrapper subclass without __tensor_flatten__); the ledger counts a "
-                            "wrapper by the plain tensors it holds, so give the subclass __tensor_flatten__, or "
-                            "measure outside it") from e
-    yield t
+def _storage(t: torch.Tensor) -> torch.UntypedStorage:
+    """The storage of a strided tensor autograd saved, refused when it holds no bytes to read; Rule D."""
+    st = t.untyped_storage()
+    try:
+        st.data_ptr()
+    except RuntimeError as e:  # a wrapper's stand-in storage, which holds no bytes
+        raise TypeError(f"Ledger: autograd saved a tensor of type {type(t).__name__}, a subclass whose bytes "
+                        "cannot be read (a wrapper subclass without __tensor_flatten__); the ledger counts a "
+                        "wrapper by the plain tensors it holds, so give the subclass __tensor_flatten__, or "
+                        "measure outside it") from e
+    return st
 
 
 def _pack(t: torch.Tensor) -> torch.Tensor:

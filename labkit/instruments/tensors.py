@@ -17,16 +17,16 @@ def op_name(func: Any) -> str:
     return getattr(packet, "__name__", str(func))
 
 
-def _plain_tensors(t: torch.Tensor) -> Iterator[torch.Tensor]:
-    """t, or, for a wrapper subclass such as FSDP2's DTensor, the tensors it wraps (its local shard): a
-    wrapper's own storage is a stand-in of the global size, not memory."""
+def plain_tensors(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """t, or, for a wrapper subclass such as FSDP2's DTensor, the tensors it wraps (its local shard), whatever their
+    layout: a wrapper's own storage is a stand-in of the global size, not memory (the ledger's Rule D)."""
     if is_traceable_wrapper_subclass(t):
         names, _ = t.__tensor_flatten__()
         for name in names:
             inner = getattr(t, name)
             if isinstance(inner, torch.Tensor):  # a flatten may also name non-tensor attributes
-                yield from _plain_tensors(inner)
-    elif t.layout == torch.strided:
+                yield from plain_tensors(inner)
+    else:
         yield t
 
 
@@ -36,9 +36,10 @@ def tensor_storages(*trees: Any) -> list[torch.UntypedStorage]:
     seen: dict[int, torch.UntypedStorage] = {}
     for leaf in tree_leaves(trees):
         if isinstance(leaf, torch.Tensor):
-            for t in _plain_tensors(leaf):
-                st = t.untyped_storage()
-                seen.setdefault(id(st), st)
+            for t in plain_tensors(leaf):
+                if t.layout == torch.strided:
+                    st = t.untyped_storage()
+                    seen.setdefault(id(st), st)
     return list(seen.values())
 
 
