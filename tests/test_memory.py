@@ -12,6 +12,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils.checkpoint import checkpoint
 
 from labkit.instruments import Ledger, MemoryMeter, measure_peak, saved_tensors
+from labkit.planners.measuring import train_step
 from labkit.models import GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input, korthikanti_bytes, mlp_input
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -238,10 +239,9 @@ def test_ledger_of_gpt_block_is_the_paper_plus_layer_norm_stats() -> None:
 
 
 # ---------------------------------------------------------------- meter vs MemTracker
-def _train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
-    model(x).float().square().mean().backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+def _train_step(model, opt, x) -> None:
+    """The kit's training step (labkit.planners.measuring), once."""
+    train_step(model, opt, x, lambda y: y.float().square().mean())()
 
 
 def _both_peaks(make) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 from labkit.instruments import measure_peak, saved_tensors
 from labkit.models import GPTBlock, GPTConfig, GPTStack, MLPChain, MLPConfig, gpt_input, korthikanti_terms, mlp_input
+from labkit.planners.measuring import train_step
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float64])
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -84,9 +85,8 @@ def test_ledger_of_an_mlp_chain_is_n_plus_one_activations(n_layers, width, batch
 
 
 def _train_step(model, opt, x) -> None:
-    model(x).float().square().mean().backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    """The kit's training step (labkit.planners.measuring), once."""
+    train_step(model, opt, x, lambda y: y.float().square().mean())()
 
 
 def _peaks(make) -> tuple[int, int]:

@@ -8,6 +8,7 @@ steps fed by it, so the lab can measure how much of a recomputation hides behind
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import queue
 import threading
@@ -26,6 +27,7 @@ from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import compare, wall_seconds
+from labkit.planners.measuring import train_step
 
 __all__ = ["train_losses", "rng_config", "SlowLoader", "loader_seconds", "costs", "pitfalls"]
 
@@ -106,14 +108,12 @@ def costs(model: nn.Module, x: torch.Tensor, schemes: dict[str, Scheme], trainin
     opt = torch.optim.Adam(model.parameters()) if training else None
 
     def step(scheme: Scheme) -> Callable[[], None]:
+        if opt is not None:
+            return train_step(functools.partial(scheme, model), opt, x, lambda y: y.float().square().mean())
+
         def run() -> None:
-            if opt is None:
-                with torch.no_grad():
-                    scheme(model, x)
-                return
-            opt.zero_grad(set_to_none=True)
-            scheme(model, x).float().square().mean().backward()
-            opt.step()
+            with torch.no_grad():
+                scheme(model, x)
         return run
 
     first = step(next(iter(schemes.values())))

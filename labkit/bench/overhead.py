@@ -10,6 +10,7 @@ from labkit.models import GPTStack, gpt_input
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.instruments.timing import compare
+from labkit.planners.measuring import train_step
 
 
 def meter(size: Sizes | None = None) -> dict[str, Any]:
@@ -20,10 +21,6 @@ def meter(size: Sizes | None = None) -> dict[str, Any]:
     opt = torch.optim.Adam(model.parameters())
     x = gpt_input(cfg)
 
-    def step() -> None:
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = train_step(model, opt, x, lambda y: y.square().mean())
     result = compare(step, lambda: measure_peak(step, track=(model, opt, x)), repeats=size.repeats)
     return {"slowdown": round(result.ratio, 4), "ratios": [round(r, 4) for r in result.ratios]}

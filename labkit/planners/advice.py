@@ -22,6 +22,7 @@ given), and gives its reasons; ``advise`` does both. The rule itself is never wr
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -194,10 +195,9 @@ def _peak_under(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, l
                 run: Scheme) -> int:
     """The meter's peak of one steady training step (gradients and the optimizer's state made before) with the
     forward run as run(model, x)."""
+    step = train_step(functools.partial(run, model), opt, x, loss_fn)
     with MemoryMeter(model, opt, x) as meter:
-        opt.zero_grad(set_to_none=True)
-        loss_fn(run(model, x)).backward()
-        opt.step()
+        step()
     return meter.peak
 
 

@@ -40,8 +40,10 @@ def working_copy(model: nn.Module, x: torch.Tensor) -> Iterator[nn.Module]:
         yield work
 
 
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, loss_fn: Loss) -> Callable[[], None]:
-    """One training step of `model` on `x`, as a function: zero the gradients, forward, loss, backward, step."""
+def train_step(model: Callable[[torch.Tensor], Any], opt: torch.optim.Optimizer, x: torch.Tensor,
+               loss_fn: Loss) -> Callable[[], None]:
+    """One training step of `model` (a module, or any forward of x) on `x`, as a function: zero the gradients,
+    forward, loss, backward, step; the kit's one training step (no name holds the loss: backward frees it)."""
     def run() -> None:
         opt.zero_grad(set_to_none=True)
         loss_fn(model(x)).backward()
