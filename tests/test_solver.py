@@ -39,14 +39,60 @@ def test_the_solver_returns_what_the_planner_keeps_and_refuses_what_it_invents(m
     monkeypatch.setattr(S, "flop_price", lambda node: 100.0 if node.name == "mm_default" else 1.0)
     nodes, g = _graph()
     seen = []
-    solver = planner_solver(lambda ops, budget: seen.append((ops, budget)) or knapsack_keep(ops, budget), "mine")
+    solver = planner_solver(lambda ops, budget: seen.append((ops, budget)) or knapsack_keep(ops, budget), "mine",
+                            random="planner")
     saved, recomputed = solver([0.25, 0.5, 0.125], g, 0.5, None, nodes)
     assert seen[0][1] == SCALE // 2 and solver.calls == 1
-    assert saved == [1] and recomputed == [0, 2]  # the mm: most seconds within half the span
+    assert saved == [1] and recomputed == [0, 2]  # the mm: most seconds within half the span; the dropout redrawn
     bad = planner_solver(lambda ops, budget: {"9:nothing"}, "bad")
     with pytest.raises(ValueError, match=r"kept \['9:nothing'\], which are not among the partitioner's"):
         bad([0.25, 0.5, 0.125], g, 0.5, None, nodes)
     assert solver.uuid() is None  # torch caches nothing this solver partitioned (see its docstring)
+    with pytest.raises(ValueError, match="random='replay'"):
+        planner_solver(knapsack_keep, random="replay")
+
+
+def test_by_default_the_solver_never_recomputes_a_random_op(monkeypatch):
+    """Under compile nothing replays the RNG for a recomputed random op (pytorch/pytorch#190758): a random
+    candidate is saved whatever the budget, charged to it before the planner plans the rest; a random node the
+    partitioner did not offer is tagged MUST_SAVE, so the min-cut after the solver cannot recompute it either."""
+    import labkit.planners.solver as S
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    monkeypatch.setattr(S, "flop_price", lambda node: 100.0 if node.name == "mm_default" else 1.0)
+    nodes, g = _graph()
+    seen = []
+    solver = planner_solver(lambda ops, budget: seen.append((ops, budget)) or knapsack_keep(ops, budget), "mine")
+    saved, recomputed = solver([0.25, 0.5, 0.125], g, 0.5, None, nodes)
+    assert [r.key for r in seen[0][0]] == ["1:mm_default", "0:relu_default"]  # the dropout is not the planner's
+    assert seen[0][1] == SCALE // 2 - SCALE // 8  # the dropout's bytes come off the budget
+    assert saved == [0, 2] and recomputed == [1]  # the mm no longer fits; the dropout is saved
+    assert solver([0.25, 0.5, 0.125], g, 0.0, None, nodes)[0] == [2]  # at no budget at all, still saved
+    assert solver.random_offered == ["2:native_dropout_default"] * 2 and solver.random_tagged == []
+    # a random node outside the candidates (aten.rand, as aot_eager_decomp_partition decomposes dropout)
+    x = next(n for n in g.nodes if n.op == "placeholder")
+    with g.inserting_after(x):
+        rand = g.call_function(torch.ops.aten.rand.default, ([4, 4],))
+        tagged_before = g.call_function(torch.ops.aten.rand.default, ([4, 4],))
+    tagged_before.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE  # a policy's tag is the policy's
+    solver([0.25, 0.5, 0.125], g, 0.5, None, nodes)
+    assert solver.random_tagged == [rand.name] and rand.meta["recompute"] == CheckpointPolicy.MUST_SAVE
+    assert tagged_before.meta["recompute"] == CheckpointPolicy.MUST_RECOMPUTE
+    eager = planner_solver(knapsack_keep, "eager", random="planner")
+    eager([0.25, 0.5, 0.125], g, 0.5, None, nodes)
+    assert eager.random_tagged == [] and eager.random_offered == ["2:native_dropout_default"]
+
+
+def test_the_random_op_policy_saves_random_ops_and_leaves_the_rest_to_the_partitioner():
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from labkit.planners.solver import _save_random_ops, random_saved_context
+
+    assert _save_random_ops(None, torch.ops.aten.rand.default) == CheckpointPolicy.MUST_SAVE
+    assert _save_random_ops(None, torch.ops.aten.native_dropout.default) == CheckpointPolicy.MUST_SAVE
+    assert _save_random_ops(None, torch.ops.aten.mm.default) == CheckpointPolicy.PREFER_SAVE
+    forward, recompute = random_saved_context()  # as torch.utils.checkpoint enters a context_fn's pair
+    assert forward is not None and recompute is not None
 
 
 def test_prices_are_the_flops_estimators_even_where_torch_calls_the_solver():
@@ -78,18 +124,25 @@ def test_inside_a_real_compile_the_planner_sees_flop_prices():
 
 
 def test_the_planner_runs_inside_torch_compile_and_its_plan_is_measured():
+    """At a budget where the knapsack runs, dp and the planner with the eager rule draw the dropouts again in
+    backward (pytorch/pytorch#190758): loss equal to budget 1's, gradients not; the planner (random ops saved) and
+    dp under the random-op policy train budget 1's gradients, no random op run in backward."""
     model, x = lk.bench.long_stack(lk.sizes("tiny"))
-    rows = solver_rows(model, x, knapsack_keep, budgets=(0.2,), solvers=("planner", "dp"), repeats=1)
-    mine, dp = rows
-    assert mine["solver_calls"] == len(model.blocks)  # the partitioner asked it once per block's graph
-    assert mine["measured_peak"] > 0 and dp["measured_peak"] > 0 and set(dp) >= {"step_ratio", "bitwise"}
+    rows = solver_rows(model, x, knapsack_keep, budgets=(0.2,), solvers=("planner", "planner-eager", "dp", "policy"),
+                       repeats=1)
+    mine, eager, dp, policy = rows
+    assert mine["solver_calls"] == eager["solver_calls"] == len(model.blocks)  # asked once per block's graph
+    assert all(r["measured_peak"] > 0 and {"step_ratio", "bitwise"} <= set(r) for r in rows)
+    assert mine["random_offered"] == 0 and mine["random_tagged"] == 3 * len(model.blocks)  # aten.rand, not offered
+    assert [r["backward_draws"] for r in rows] == [0, 3 * len(model.blocks), 3 * len(model.blocks), 0]
+    assert [r["same_as_budget_1"] for r in rows] == [True, False, False, True]
 
 
 def test_a_solver_that_fails_is_a_row_and_the_peaks_order_is_judged_per_solver():
     model, x = lk.bench.long_stack(lk.sizes("tiny"))
     (row,) = solver_rows(model, x, None, budgets=(0.5,), solvers=("planner",), repeats=1)
     assert "needs keep=" in row["error"]
-    with pytest.raises(ValueError, match="'simplex'"):
+    with pytest.raises(ValueError, match="'simplex'.*planner-eager, policy"):
         solver_rows(model, x, None, solvers=("simplex",))
     rows = [{"solver": "dp", "budget": b, "measured_peak": p} for b, p in ((0.2, 5), (0.5, 7), (0.8, 6))]
     rows += [{"solver": "ilp", "budget": b, "measured_peak": p} for b, p in ((0.2, 5), (0.8, 6))]

@@ -3,10 +3,16 @@
 Each block of lab 04's long stack is compiled (labkit.instruments.compiled: the min-cut partitioner, then eager
 kernels) under activation_memory_budget at each of BUDGETS, with each solver of SOLVERS: "planner" is lab 04's
 knapsack_keep run as a CustomKnapsackSolver (labkit.planners.solver), the others the partitioner's built-in
-"dp", "greedy" and "ilp". Per setting: the meter's peak over one training step (after the one that compiled),
-the step time over the plain eager step's (medians of alternating pairs), whether the gradients equal the plain
-step's bit for bit, and, for the planner, how often the partitioner called it. The budget is a fraction of the
-span the partitioner normalises by, not of the peak: the bench says whether each solver's peak falls as its
+"dp", "greedy" and "ilp"; two more settings are measured on request: "planner-eager", the same planner with the
+random candidates planned by its eager rule and nothing tagged (as torch's own solvers treat them), and "policy",
+dp with a selective checkpoint policy that tags every random op MUST_SAVE (labkit.planners.solver). Per setting: the
+meter's peak over one training step (after the one that compiled), the step time over the plain eager step's
+(medians of alternating pairs), whether the gradients equal the plain eager step's bit for bit (`bitwise`: never
+with dropout on, as the decomposed forward draws other masks), whether loss and gradients equal those of the same
+blocks compiled at budget 1 under the same seed (`same_as_budget_1`: the step that ran the same forward and
+recomputed nothing), how many random ops ran in backward (`backward_draws`: each a draw no forward made,
+pytorch/pytorch#190758), and, for the planners, how often the partitioner called it. The budget is a fraction of
+the span the partitioner normalises by, not of the peak: the bench says whether each solver's peak falls as its
 budget falls (`peak_monotone`), which nothing guarantees (pytorch/pytorch#197838 reports a lower budget raising
 the peak 4x on a llama-style model).
 """
@@ -22,15 +28,16 @@ from labkit.bench.lab02 import stack_step
 from labkit.bench.lab04 import long_stack
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
-from labkit.instruments.compiled import Compiled, metered_backend, outside_meters
+from labkit.instruments.compiled import Compiled, RandomDraws, metered_backend, outside_meters
 from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.timing import compare
 from labkit.models import GPTStack
 
-__all__ = ["BUDGETS", "SOLVERS", "solver_rows", "compile_solvers", "compile_tags"]
+__all__ = ["BUDGETS", "SETTINGS", "SOLVERS", "budget_one", "solver_rows", "compile_solvers", "compile_tags"]
 
-BUDGETS = (0.1, 0.2, 0.4)  # on the cpu profile's stack the partitioner reaches the knapsack from 0.1 to 0.4 only
+BUDGETS = (0.1, 0.2, 0.4, 0.5)  # the cpu profile's stack: the knapsack runs from 0.1 to 0.4; at 0.5 a relaxed cut
 SOLVERS = ("planner", "dp", "greedy", "ilp")
+SETTINGS = SOLVERS + ("planner-eager", "policy")  # what solver_rows measures on request (see the module's doc)
 
 
 def _grads(model: GPTStack, x: torch.Tensor, run_block: Callable) -> list[torch.Tensor]:
@@ -43,48 +50,87 @@ def _plain(block: torch.nn.Module, y: torch.Tensor) -> torch.Tensor:
 
 
 def _solver(name: str, keep: Callable | None) -> Any:
-    """The partitioner's solver setting for `name`: the planner as a CustomKnapsackSolver, else the name."""
-    if name != "planner":
+    """The partitioner's solver setting for `name`: the planner as a CustomKnapsackSolver, dp under the policy,
+    else the name."""
+    if name == "policy":
+        return "dp"
+    if not name.startswith("planner"):
         return name
     from labkit.planners.solver import planner_solver
 
     if keep is None:
-        raise ValueError("solver_rows: the planner's row needs keep= (lab 04's knapsack_keep)")
-    return planner_solver(keep, "planner")
+        raise ValueError(f"solver_rows: the {name} row needs keep= (lab 04's knapsack_keep)")
+    return planner_solver(keep, name, random="planner" if name == "planner-eager" else "save")
+
+
+def _forward(block: torch.nn.Module, name: str) -> Callable:
+    """What `name` compiles of a block: its forward, or under "policy" a selective checkpoint of it whose policy
+    tags every random op MUST_SAVE."""
+    if name != "policy":
+        return block.forward
+    from torch.utils.checkpoint import checkpoint
+
+    from labkit.planners.solver import random_saved_context
+
+    return lambda y: checkpoint(block.forward, y, use_reentrant=False, context_fn=random_saved_context)
+
+
+def budget_one(model: GPTStack, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Loss and gradients of one step of the blocks compiled at budget 1 (the default partition, nothing recomputed
+    that the allowlist bans), dropout seeded as every step here: what a setting that ran the same forward and
+    recomputed nothing of it trains."""
+    compiled = {id(b): Compiled(b.forward, 1.0) for b in model.blocks}
+    run = lambda block, y: compiled[id(block)](y)  # noqa: E731
+    stack_step(model, x, run)()  # compiles
+    return _loss(model, x, run), _grads(model, x, run)
+
+
+def _loss(model: GPTStack, x: torch.Tensor, run: Callable) -> torch.Tensor:
+    with torch.no_grad():
+        return stack_step(model, x, run, backward=False)().square().mean()
 
 
 def solver_row(model: GPTStack, x: torch.Tensor, name: str, budget: float, keep: Callable | None,
-               repeats: int) -> dict[str, Any]:
-    """One solver at one budget, measured (see the module's doc); a setting that fails is a row saying why."""
+               repeats: int, reference: tuple[torch.Tensor, list[torch.Tensor]] | None = None) -> dict[str, Any]:
+    """One setting at one budget, measured (see the module's doc); reference: budget_one's (made here if None); a
+    setting that fails is a row saying why."""
     try:
         solver = _solver(name, keep)
-        compiled = {id(b): Compiled(b.forward, budget, solver=solver) for b in model.blocks}
+        compiled = {id(b): Compiled(_forward(b, name), budget, solver=solver) for b in model.blocks}
         run = lambda block, y: compiled[id(block)](y)  # noqa: E731
         stack_step(model, x, run)()  # compiles every block: the partitioner runs here
+        loss, want = reference if reference is not None else budget_one(model, x)
         with contextlib.ExitStack() as ran:
             for c in compiled.values():
                 ran.enter_context(c.check_ran(f"compile budget {budget:g} with {name}"))
             with MemoryMeter(model, x, device=x.device) as meter:
                 stack_step(model, x, run)()
-            bitwise = all(map(torch.equal, _grads(model, x, _plain), _grads(model, x, run)))
+            with RandomDraws() as draws:
+                got = _grads(model, x, run)
+            bitwise = all(map(torch.equal, _grads(model, x, _plain), got))
+            same = torch.equal(_loss(model, x, run), loss) and all(map(torch.equal, got, want))
             ratio = compare(stack_step(model, x, _plain), stack_step(model, x, run), repeats=repeats, warmup=1,
                             device=x.device).ratio
     except Exception as e:  # noqa: BLE001 - a solver PyTorch refuses (or a torch without custom solvers): a row
         return {"solver": name, "budget": budget, "error": f"{type(e).__name__}: {e}"[:300]}
     row = {"solver": name, "budget": budget, "measured_peak": meter.peak, "step_ratio": round(ratio, 4),
-           "bitwise": bitwise}
-    if name == "planner":
-        row["solver_calls"] = solver.calls  # the partitioner asked it, once per block's graph
+           "bitwise": bitwise, "same_as_budget_1": same, "backward_draws": draws.count("backward")}
+    if name.startswith("planner"):
+        row["solver_calls"] = solver.calls  # the partitioner asked it, once per block's graph (0: no knapsack ran)
+        row["random_offered"] = len(solver.random_offered)  # random candidates among what it was offered
+        row["random_tagged"] = len(solver.random_tagged)  # random nodes outside them it tagged MUST_SAVE
     return row
 
 
 def solver_rows(model: GPTStack, x: torch.Tensor, keep: Callable | None, budgets: Sequence[float] = BUDGETS,
                 solvers: Sequence[str] = SOLVERS, repeats: int = 5) -> list[dict[str, Any]]:
-    """Every solver at every budget on `model` (see the module's doc); keep: lab 04's knapsack_keep."""
-    unknown = [s for s in solvers if s not in SOLVERS]
+    """Every setting of `solvers` (among SETTINGS) at every budget on `model` (see the module's doc); keep: lab 04's
+    knapsack_keep."""
+    unknown = [s for s in solvers if s not in SETTINGS]
     if unknown:
-        raise ValueError(f"solver_rows: solvers {unknown} are not among {', '.join(SOLVERS)}")
-    return [solver_row(model, x, name, b, keep, repeats) for b in budgets for name in solvers]
+        raise ValueError(f"solver_rows: solvers {unknown} are not among {', '.join(SETTINGS)}")
+    reference = budget_one(model, x)
+    return [solver_row(model, x, name, b, keep, repeats, reference) for b in budgets for name in solvers]
 
 
 def peak_monotone(rows: Sequence[dict[str, Any]]) -> dict[str, bool | None]:
@@ -98,15 +144,16 @@ def peak_monotone(rows: Sequence[dict[str, Any]]) -> dict[str, bool | None]:
 
 
 def compile_solvers(size: Sizes | None = None) -> dict[str, Any]:
-    """`bench compile`: the solvers list (name, budget, measured_peak, step_ratio, bitwise) with lab 04's planner
-    among them, the plain step's peak, and whether each solver's peak is monotone in the budget."""
+    """`bench compile`: the solvers list (name, budget, measured_peak, step_ratio, bitwise, same_as_budget_1,
+    backward_draws) with lab 04's planner among them and the two settings beside it, the plain step's peak, and
+    whether each solver's peak is monotone in the budget."""
     from labkit.labs.selective import knapsack_keep
 
     size = size or sizes()
     model, x = long_stack(size)
     with MemoryMeter(model, x, device=x.device) as meter:
         stack_step(model, x, _plain)()
-    rows = solver_rows(model, x, knapsack_keep, repeats=max(3, size.repeats // 2))
+    rows = solver_rows(model, x, knapsack_keep, solvers=SETTINGS, repeats=max(3, size.repeats // 2))
     return {"solvers": rows, "plain_peak": meter.peak, "peak_monotone": peak_monotone(rows),
             "torch": torch.__version__, "config": {"s": model.cfg.seq, "b": model.cfg.batch,
                                                    "h": model.cfg.hidden, "n_layers": model.cfg.n_layers}}

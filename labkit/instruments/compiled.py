@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
+from torch.utils._python_dispatch import (TorchDispatchMode, _disable_current_modes,
+                                          _get_current_dispatch_mode_stack)
 
-__all__ = ["Compiled", "metered_backend", "outside_meters", "recompile_limits"]
+__all__ = ["Compiled", "RandomDraws", "metered_backend", "outside_meters", "recompile_limits"]
 
 # How many Compiled share each code object: every block of a model shares its class's forward, and each budget
 # compiles it again, so one code object takes blocks x budgets cache entries (72 for lab 07's 8 blocks at 9
@@ -158,3 +159,27 @@ class Compiled:
             raise RuntimeError(f"{what}: torch.compile ran no compiled graph (dynamo fell back to eager: a graph "
                                "break at the first op, or its recompile limit); these figures would not be "
                                "the compiled code's")
+
+
+class RandomDraws(TorchDispatchMode):
+    """Every random op run inside (an op tagged nondeterministic_seeded), eager or in a compiled graph (Compiled
+    runs its graphs inside the modes of its caller): per phase, "forward" or "backward" (run while a backward is),
+    the op and its first output, kept when keep=True. A random op in backward is a draw no forward made: under
+    torch.compile nothing replays the RNG for an op the partitioner moved there (labkit.planners.solver)."""
+
+    def __init__(self, keep: bool = False) -> None:
+        super().__init__()
+        self.keep = keep
+        self.draws: dict[str, list[tuple[str, torch.Tensor | None]]] = {"forward": [], "backward": []}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+            first = out[0] if isinstance(out, (tuple, list)) else out
+            self.draws[phase].append((str(func), first.detach() if self.keep else None))
+        return out
+
+    def count(self, phase: str) -> int:
+        """How many random ops ran in `phase` ("forward" or "backward")."""
+        return len(self.draws[phase])
