@@ -39,5 +39,6 @@ def difference(name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> Dif
     a64, b64 = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
     max_abs = (a64 - b64)[differ.cpu()].abs().max().item()  # only where the bits differ: inf - inf is no error
     scale = a64.abs().max().item()
-    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+    # a NaN against a number is a NaN error (never 0: within() must not pass it); a NaN in the baseline, a NaN scale
+    max_rel = max_abs / scale if scale != 0 else (0.0 if max_abs == 0 else math.inf)
     return Difference(name, False, max_abs, max_rel)

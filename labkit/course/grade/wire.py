@@ -156,7 +156,7 @@ def encode(value: Any, depth: int = 0) -> Any:
         return {"dtype": str(value).removeprefix("torch.")}
     if type(value) is np.ndarray and value.dtype != object:  # a numpy array comes back as a tensor
         return encode(torch.from_numpy(np.ascontiguousarray(value)), depth)
-    if type(value) is torch.Tensor:
+    if type(value) is torch.Tensor and not value.is_meta:  # a meta tensor has no data: an Opaque naming it
         t = value.detach().to("cpu").contiguous()
         flat = t.reshape(-1)
         raw = (flat.to(torch.uint8) if t.dtype == torch.bool else flat.view(torch.uint8)).numpy().tobytes()
