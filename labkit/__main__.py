@@ -1,7 +1,7 @@
 """Command line: python -m labkit doctor | sizes [--profile P] [--memory M] [--json] | student [--check] |
 execute NB... | site [OUT] | bench NAME [--json] | gpu-check | release OUT [--labs 01,02] |
-collect 'HOMES_GLOB' [--out returned] [--labs ...] | grade SUBMISSIONS... [--labs ...] [--shard K/N] |
-grade merge PART.csv... [--out grades.csv]."""
+collect HOME... [--out returned] [--labs ...] [--exclude NAME...] [--roster FILE] |
+grade SUBMISSIONS... [--labs ...] [--shard K/N] | grade merge PART.csv... [--out grades.csv]."""
 from __future__ import annotations
 
 import argparse
@@ -136,16 +136,25 @@ def _collect(args: argparse.Namespace) -> int:
 
     try:
         labs = release.parse_labs(args.labs, release.labs(ROOT), in_order=False) if args.labs else None
-        homes = collect.collect(args.homes, Path(args.out), labs, args.strip)
+        roster = collect.read_roster(Path(args.roster)) if args.roster else None
+        found = collect.collect(args.homes, Path(args.out), labs, args.strip, args.exclude or [], roster)
     except (collect.CollectError, release.ReleaseError) as e:
         print(f"labkit collect: {e}", file=sys.stderr)
         return 2
-    for home in homes:
+    except OSError as e:  # the roster, or --out, cannot be read or written
+        print(f"labkit collect: {e.filename or args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    for line in found.left_out:
+        print(f"labkit collect: left out {line}")
+    for home in found.homes:
         print(f"labkit collect: {home.line()}")
-    written = sum(len(h.written) for h in homes)
-    refused = sum(len(h.refused) for h in homes)
-    print(f"labkit collect: {written} notebooks of {sum(bool(h.written) for h in homes)} students into {args.out}"
-          + (f"; {refused} refused (above)" if refused else "") + f": grade with `python -m labkit grade {args.out}`")
+    written = sum(len(h.written) for h in found.homes)
+    empty = sum(not h.written for h in found.homes)
+    print(f"labkit collect: {len(found.homes)} students in the class, {written} notebooks of "
+          f"{len(found.homes) - empty} of them into {args.out}"
+          + (f"; {empty} with nothing collected, each a `missing` row of the gradebook, with why (above, and in "
+             f"{Path(args.out) / collect.CLASS_FILE})" if empty else "")
+          + f": grade with `python -m labkit grade {args.out}`")
     return 0 if written else 1
 
 
@@ -332,16 +341,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labs", help="comma-separated lab numbers, in order, none skipped (default: all)")
     p.set_defaults(run=_release)
     p = sub.add_parser("collect", help="copy the students' lab notebooks from their homes into OUT/<name>/, "
-                                       "never following a link out of a home")
-    p.add_argument("homes", help="a glob of the students' home folders, quoted: '/home/*' (each folder's name is "
-                                 "the student's)")
-    p.add_argument("--out", default="returned", help="the folder to fill (default returned/), as grade reads it")
+                                       "never following a link out of a home; the class is kept for grade")
+    p.add_argument("homes", nargs="+", help="the students' home folders: /home/* as the shell expands it, or a "
+                                            "quoted pattern '/home/*' (each folder's name is the student's; your "
+                                            "own home, $HOME, is left out)")
+    p.add_argument("--out", default="returned", help="a new folder to fill (default returned/), as grade reads it: "
+                                                     "outside every student's home (your own home will do)")
     p.add_argument("--labs", help="comma-separated lab numbers to collect (default: all)")
     p.add_argument("--strip", default="", help="a prefix of the home folders' names to drop (jupyter- on The "
                                                "Littlest JupyterHub)")
+    p.add_argument("--exclude", nargs="+", action="extend", metavar="NAME",
+                   help="homes that are no student's (teaching assistants), by folder or student name")
+    p.add_argument("--roster", metavar="FILE", help="the class, one student's name a line: a name without a home "
+                                                    "is a missing row of the gradebook, a home not on it left out")
     p.set_defaults(run=_collect)
     p = sub.add_parser("grade", help="grade returned notebooks, each rebuilt from the pristine one, in a sandbox")
-    p.add_argument("submissions", nargs="+", help="notebooks, or folders searched for them; or `merge PART.csv...`: "
+    p.add_argument("submissions", nargs="+", help="notebooks, or folders searched for them (collect's --out: every "
+                                                  "student of its class a row); or `merge PART.csv...`: "
                                                   "join the parts graded with --shard into one gradebook (--out)")
     p.add_argument("--labs", help="comma-separated lab numbers to grade (default: all)")
     p.add_argument("--out", default="grades.csv", help="the gradebook (default grades.csv; one row per student, "

@@ -12,6 +12,10 @@ named like a lab is its own name. A file given twice (by its folder and by itsel
 are unique per lab (two files that would take one name are both kept, the second `alice#2`, and a ``note`` says
 so), printable, their bytes that are not UTF-8 escaped.
 
+A class collected by `labkit collect` keeps, in its folder, the class it looked at (``CLASS_FILE``): every student,
+and per lab why nothing of it was taken where nothing was. A student of it with no file of a lab graded is that
+lab's row all the same (``absent``): `missing`, with collect's why, so that the gradebook has every student.
+
 Names are given in one order, whatever the order of the arguments (``_canonical``): by each file's path as given
 (made absolute, no link resolved), below the folder all the files share, then by the name. Machines that grade
 parts of one class (--shard) may list its files in other orders (a glob, `find`) and mount it at other places; all
@@ -23,14 +27,16 @@ the name breaks the tie; a file given twice by two paths (through a link) is gra
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MOST_BYTES", "Returned", "discover", "linked_folders", "read_text"]
+__all__ = ["CLASS_FILE", "MOST_BYTES", "Returned", "absent", "discover", "linked_folders", "read_class", "read_text"]
 
 MOST_BYTES = 16 * 2**20  # a returned notebook's size at most (a lab's student notebook is well under 1 MiB)
+CLASS_FILE = ".labkit-class.json"  # the class `labkit collect` looked at, in its --out (a hidden name: no student's)
 
 
 @dataclass(frozen=True)
@@ -170,3 +176,55 @@ def read_text(path: Path) -> str:
     if len(data) > MOST_BYTES:
         raise OSError(f"over the limit of {MOST_BYTES:,} B")
     return data.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One student of a class `labkit collect` recorded: where the class is, and what was taken or not, by lab."""
+
+    folder: Path  # the class's folder (collect's --out)
+    taken: dict[str, str]  # lab -> the file taken, as collect said it
+    nothing: dict[str, str]  # lab -> why nothing of it was taken
+    collected: frozenset[str]  # the labs collect looked for
+
+
+def read_class(paths: list[Path], stems: set[str]) -> dict[str, Recorded]:
+    """The class `labkit collect` recorded (its CLASS_FILE) in the folders given, or in the folder that holds the
+    files listed, by student; {} where there is none. A record that is not collect's is refused (ValueError),
+    naming the file."""
+    folders = {Path(os.path.abspath(p)) for p in paths if os.path.isdir(p) and not os.path.islink(p)}
+    base = _listed_base([Path(os.path.abspath(p)) for p in paths if Path(os.path.abspath(p)) not in folders], stems)
+    found: dict[str, Recorded] = {}
+    for folder in sorted(folders | ({base} if base is not None else set())):
+        record = folder / CLASS_FILE
+        if os.path.islink(record) or not os.path.isfile(record):
+            continue
+        try:
+            data = json.loads(record.read_text(encoding="utf-8"))
+            collected = frozenset(str(lab) for lab in data["collected"])
+            for name, student in data["students"].items():
+                found[str(name)] = Recorded(folder, {str(k): str(v) for k, v in student["taken"].items()},
+                                            {str(k): str(v) for k, v in student["nothing"].items()}, collected)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{record}: not the class labkit collect writes ({type(e).__name__}: {e}); collect "
+                             "again into a new folder") from None
+    return found
+
+
+def absent(students: dict[str, Recorded], returned: list[Returned], notebooks: dict[str, str],
+           stems: set[str]) -> list[Returned]:
+    """A `missing` entry for each student of a class collect recorded (read_class) with no file of a lab graded
+    (`notebooks`: lab -> its notebook's name; `stems`: every lab notebook's), saying why: collect's word, or that
+    the file is gone since. A student with a file not named like a lab (its content tells which) gets none."""
+    have = {(r.student, r.path.stem) for r in returned}
+    unknown = {r.student for r in returned if r.path.stem not in stems}
+    out = []
+    for student, record in sorted(students.items()):
+        for lab, name in notebooks.items():
+            if (student, name.removesuffix(".ipynb")) in have or student in unknown:
+                continue
+            why = (record.nothing.get(lab)
+                   or (f"collected ({record.taken[lab]}), and not in {record.folder} now" if lab in record.taken
+                       else f"Lab {lab} was not collected (collect --labs {','.join(sorted(record.collected))})"))
+            out.append(Returned(record.folder / student / name, student, f"missing: {why}"))
+    return out

@@ -251,11 +251,49 @@ def preflight(grader: Grader) -> str | None:
         want = grader.templates[lab] / "__init__.py"
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=grader.tmp, timeout=120)
     where = done.stdout.strip()
+    if done.returncode != 0 and not where:  # the box (or Python in it) did not start: nothing was imported at all
+        return (f"a box could not start Python with the kit ({done.stderr.strip()[-300:] or f'exit {done.returncode}'})"
+                "; nothing was graded")
     if done.returncode != 0 or Path(where) != want:
         return (f"a box imports labkit from {where or '(nowhere: ' + done.stderr.strip()[-200:] + ')'}, not from the "
                 f"copy the grader prepared ({want}): another checkout's labkit is installed in this environment "
                 "(an editable install pointing elsewhere?); grade from that checkout, or reinstall this one")
     return None
+
+
+def _class(paths: list[Path], labs: list[str]) -> list[files.Returned]:
+    """Every submission of the labs graded under `paths`, and a `missing` one for each student of the class
+    collect recorded there who has none (files.absent); a path that does not exist, or a class with nothing to
+    grade, is refused naming it (a typo would otherwise be a gradebook of one student, all missing)."""
+    gone = [str(p) for p in paths if not os.path.lexists(p)]
+    if gone:
+        raise GradeError(f"{', '.join(gone)}: no such file or folder; give the class's folder (collect's --out) "
+                         "or its notebooks")
+    notebooks = {lab.number: lab.notebook for lab in LABS}
+    stems = {name.removesuffix(".ipynb") for name in notebooks.values()}
+    others = {name.removesuffix(".ipynb") for n, name in notebooks.items() if n not in labs}
+    returned = [r for r in files.discover(paths, stems) if r.path.stem not in others]
+    try:
+        recorded = files.read_class(paths, stems)
+    except ValueError as e:
+        raise GradeError(str(e)) from None
+    returned += files.absent(recorded, returned, {n: notebooks[n] for n in labs}, stems)
+    if not returned:
+        raise GradeError(f"nothing to grade in {', '.join(map(str, paths))}: no notebook, and no class that "
+                         f"labkit collect recorded ({files.CLASS_FILE}); give the class's folder (collect's --out)")
+    return returned
+
+
+def _coverable(folder: Path) -> bool:
+    """Whether a box may cover `folder` with an empty one: not /tmp, nor a folder above it. The box's /tmp is a
+    tmpfs of its own, where its job is put (a cover over it made that fail: "bwrap: Can't mkdir /tmp/job.json"),
+    and what the host keeps in its /tmp, a class graded from there included, the box never sees."""
+    tmp = Path("/tmp").resolve()
+    return not _under(tmp, folder.resolve())
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
 
 
 def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: int, hidden: list[Path],
@@ -266,23 +304,24 @@ def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: in
     with `shard` (K, N), only the students of part K of N (shards.part_of: named as in the whole class first); with
     `race` (leaderboard.prepare's), each lab 07 planner raced too, what came of it put in `raced` by student; with
     `roster` (a list), the name of every submission of the class, before the split, put in it (shards.facts)."""
+    returned = _class(paths, labs)
     if use_sandbox:
         problem = sandbox.unusable()
         if problem:
             raise GradeError(f"{problem}; --no-sandbox grades without it, for notebooks you trust")
     if executed is not None:
         executed.mkdir(parents=True, exist_ok=True)  # made before the first box, so that every box has it covered
-    hidden = hidden + [p if p.is_dir() else p.parent for p in paths] + ([executed] if executed else [])
+    hidden = [h for h in hidden + [p if p.is_dir() else p.parent for p in paths] + ([executed] if executed else [])
+              if _coverable(h)]
     grader = Grader(root, labs, limits, jobs, hidden, use_sandbox, executed, seed, race)
     try:
         problem = preflight(grader)
         if problem:
             raise GradeError(problem)
-        stems = {p.stem for p in grader.notebooks.values()}
-        other_labs = {p.stem for n, p in grader.notebooks.items() if n not in labs}
-        returned = [r for r in files.discover(paths, stems) if r.path.stem not in other_labs]
         if roster is not None:
             roster += [r.student for r in returned]  # the whole class: merge checks that the parts cover it
+        if shard is not None and shards.oversplit(shard, [r.student for r in returned]):
+            raise GradeError(shards.oversplit(shard, [r.student for r in returned]))
         if shard is not None:
             returned = [r for r in returned if shards.part_of(r.student, shard[1]) == shard[0]]
         for r in returned:

@@ -171,11 +171,15 @@ def write(rows: list[Row], path: Path, as_json: bool, limits: dict, points: dict
 
 
 def summary(rows: list[Row], points: dict[str, float] | None = None) -> str:
-    """A few lines for the terminal: per lab and exercise, how many of each status; then each student's total."""
+    """A few lines for the terminal: per lab, its submissions and the students with nothing to grade; per exercise,
+    how many of each status; then each student's total."""
     lines = []
     for lab in sorted({r.lab for r in rows}):
         mine = [r for r in rows if r.lab == lab]
-        lines.append(f"Lab {lab}: {len({r.student for r in mine})} submissions")
+        students = {r.student for r in mine}
+        missing = students - {r.student for r in mine if r.status != "missing"}  # every row of theirs missing
+        lines.append(f"Lab {lab}: {len(students - missing)} submissions" + (
+            f", {len(missing)} student{'s' * (len(missing) != 1)} with nothing to grade (missing)" if missing else ""))
         for ex in dict.fromkeys(r.exercise for r in mine):
             counts = Counter(r.status for r in mine if r.exercise == ex)
             lines.append(f"  {ex or '-':>5}  " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
