@@ -262,7 +262,8 @@ def test_a_momentum_none_batchnorm_left_at_0_drifts_from_the_right_patch():
             x = torch.randn(16, 8, generator=torch.Generator().manual_seed(t)).requires_grad_()
             checkpoint(net, x, use_reentrant=False).square().sum().backward()
         return net[1].running_mean, net[1].momentum
-    (right, m_right), (wrong, m_wrong) = mean_after(R.batchnorm_once), mean_after(BUGS_6_2["momentum-none-left-at-0"][0])
+    (right, m_right) = mean_after(R.batchnorm_once)
+    (wrong, m_wrong) = mean_after(BUGS_6_2["momentum-none-left-at-0"][0])
     assert m_right is None and m_wrong == 0.0 and not torch.equal(right, wrong)
 
 

@@ -157,7 +157,8 @@ def _value_hint(a: Any, b: Any, field: str, got: float, want: float, hint: str) 
     if field == "max_abs" and a.is_floating_point():
         a, b = a.detach(), b.detach()
         differ = a != b
-        if differ.any() and any(_same(got, (a.to(t) - b.to(t))[differ].abs().max().item()) for t in (a.dtype, torch.float32)):
+        narrow = [(a.to(t) - b.to(t))[differ].abs().max().item() for t in (a.dtype, torch.float32) if differ.any()]
+        if any(_same(got, x) for x in narrow):
             return H.DIFF_WIDE  # the figure the tensors' own dtype (or float32) gives
     if hint in (H.DIFF_WIDE, H.DIFF_NAN, H.DIFF_ZERO):
         return hint
