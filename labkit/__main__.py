@@ -158,7 +158,7 @@ def _collect(args: argparse.Namespace) -> int:
     return 0 if written else 1
 
 
-MERGE_TAKES = ("submissions", "out", "points", "json")  # the options of `grade` that merge reads; it refuses the rest
+MERGE_TAKES = ("submissions", "out", "points", "json", "key", "unsigned")  # the options of `grade` that merge reads; it refuses the rest
 
 
 def _given(grading: argparse.ArgumentParser, words: list[str], dests: list[str]) -> dict:
@@ -170,20 +170,21 @@ def _given(grading: argparse.ArgumentParser, words: list[str], dests: list[str])
 
 def _merge(args: argparse.Namespace, given: dict) -> int:
     """`labkit grade merge PART.csv...`: the parts of a class graded with --shard K/N, joined into one gradebook."""
-    from labkit.course.grade import report, shards
+    from labkit.course.grade import report, shards, signature
 
     alone = [f"--{d.replace('_', '-')}" + ("" if v is True else f" {v}") for d, v in given.items()
              if d not in MERGE_TAKES]
     if alone:
         print(f"labkit grade merge: {', '.join(alone)}: for grading, not merging; merge grades nothing and takes what "
               "each part was graded as (labs, limits, profile, seed, K/N) from the parts; it takes PART.csv..., "
-              "--out, --points and --json", file=sys.stderr)
+              "--out, --points, --json, --key and --unsigned", file=sys.stderr)
         return 2
     out, parts = Path(args.out), [Path(p) for p in args.submissions[1:]]
     try:
         shards.check_out(out, args.json, parts)
         points = report.read_points(Path(args.points) if args.points else None)
-        limits, rows = shards.merge(parts)
+        merged = shards.merge(parts, signature.Key.at(Path(args.key) if args.key else None), args.unsigned)
+        limits, rows = merged.limits, merged.rows
     except (OSError, ValueError) as e:
         print(f"labkit grade merge: {e}", file=sys.stderr)
         return 2
@@ -193,6 +194,9 @@ def _merge(args: argparse.Namespace, given: dict) -> int:
         print(f"labkit grade merge: --out {out}: cannot be written ({e.strerror or e}: {e.filename or out})",
               file=sys.stderr)
         return 2
+    if merged.unsigned:
+        print(f"labkit grade merge: warning: {', '.join(merged.unsigned)} not signed, taken on their word "
+              "(--unsigned): each was checked against itself, not against an edit that keeps it whole", file=sys.stderr)
     print(report.summary(rows, points))
     print(f"labkit grade merge: {len(parts)} parts, {len({r.student for r in rows})} students, "
           f"{len(rows)} rows written to {out}" + (f"; one row per student, with points and totals, to {book}"
@@ -233,11 +237,27 @@ def _write_leaderboard(race: dict, raced: dict, rows: list, folder: Path) -> Non
           f"{book} and {page}")
 
 
+def _signing_key(args: argparse.Namespace, shard: tuple[int, int] | None) -> signature.Key | None:
+    """The key a part is signed with, made where there is none (said so); None for --unsigned. A ValueError for
+    --key or --unsigned without --shard, or a key file that cannot be used."""
+    from labkit.course.grade import shards, signature
+
+    if shard is None:
+        if args.key or args.unsigned:
+            raise shards.ShardError("--key and --unsigned are for a part (--shard K/N) and for `grade merge`")
+        return None
+    key = None if args.unsigned else signature.Key.at(Path(args.key) if args.key else None, make=True)
+    if key is not None and key.made:
+        print(f"labkit grade: made the key {key.path} (mode 0600) that signs the parts: every part's job and "
+              "`grade merge` must read this same key (--key FILE)", file=sys.stderr)
+    return key
+
+
 def _grade(args: argparse.Namespace) -> int:
     import secrets
 
     from labkit.course import release
-    from labkit.course.grade import grader as grade, report, sandbox, shards
+    from labkit.course.grade import grader as grade, report, sandbox, shards, signature
 
     try:
         labs = release.parse_labs(args.labs, release.labs(ROOT), in_order=False)
@@ -264,6 +284,11 @@ def _grade(args: argparse.Namespace) -> int:
         print("labkit grade: --shard needs --seed N, the same N for every part (the hidden cases are drawn from it)",
               file=sys.stderr)
         return 2
+    try:
+        key = _signing_key(args, shard)
+    except ValueError as e:
+        print(f"labkit grade: {e}", file=sys.stderr)
+        return 2
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     limits["seed"] = seed
     out = Path(args.out).resolve()
@@ -274,7 +299,7 @@ def _grade(args: argparse.Namespace) -> int:
           f"{sandbox.TMP_BYTES // 2**20} MiB, profile {args.profile}, {args.jobs} at a time; sandbox: {sandboxed}; "
           f"hidden cases from seed {seed}")
     out.parent.mkdir(parents=True, exist_ok=True)  # made now, so the sandbox covers it with a decoy
-    hidden = [ROOT, out.parent, Path.home()]
+    hidden = [ROOT, out.parent, Path.home()] + ([key.path] if key is not None else [])  # the key: never in a box
     race, raced = _race(args, labs, shard, limits)
     if race == {}:
         return 2
@@ -293,11 +318,14 @@ def _grade(args: argparse.Namespace) -> int:
     if unknown and shard is None:  # a part may hold no student of an exercise the table names
         print(f"labkit grade: --points names {', '.join(unknown)}, not an exercise graded here; those points count "
               "for nothing (each graded exercise it does not name is worth 1)", file=sys.stderr)
-    part = shards.facts(labs, limits, *shard, roster=roster) if shard is not None else None
+    part = shards.facts(labs, limits, *shard, roster=roster, exercises=shards.exercises_of(ROOT, labs)) \
+        if shard is not None else None
     if part is not None:
         print(f"labkit grade: part {shard[0]}/{shard[1]} of the class ({len({r.student for r in rows})} students); "
               f"join the parts with `python -m labkit grade merge PART.csv...`")
     book = report.write(rows, out, args.json, limits, points, part)
+    if key is not None:
+        signature.sign_files(out, args.json, key)
     print(report.summary(rows, points))
     print(f"labkit grade: {len(rows)} rows written to {args.out}" +
           (f"; one row per student, with points and totals, to {book}" if book != out else ""))
@@ -375,6 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-sandbox", action="store_true", help="no bubblewrap: only for notebooks you trust")
     p.add_argument("--shard", metavar="K/N", help="grade only part K of N (K from 0), chosen by a hash of each "
                                                   "student's name; `grade merge PART.csv...` joins the parts")
+    p.add_argument("--key", metavar="FILE", help="--shard signs its part with this key, and merge checks each part's "
+                                                 "signature with it (default ~/.config/labkit/grade.key, made by "
+                                                 "--shard where there is none)")
+    p.add_argument("--unsigned", action="store_true", help="--shard: write the part unsigned; merge: take unsigned "
+                                                           "parts, saying so (refused without it)")
     p.add_argument("--leaderboard", action="store_true", help="lab 07: race each student's planner against the "
                                                               "kit's at the lab's budgets; leaderboard.csv and .html "
                                                               "beside --out")

@@ -2,6 +2,7 @@
 setting and what to do, found by forcing bubblewrap to fail as it fails there."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,7 +83,9 @@ def test_the_command_line_says_it_in_one_line(tmp_path):
         for name in ("unshare", "setpriv"):
             (tmp_path / name).chmod(0o755)
     env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
-    done = subprocess.run([sys.executable, "-m", "labkit", "grade", str(tmp_path), "--labs", "02", "--out",
+    (tmp_path / "class" / "ada").mkdir(parents=True)  # a class to grade: an empty one is refused before the box
+    shutil.copy(ROOT / "notebooks" / "02_recompute.ipynb", tmp_path / "class" / "ada")
+    done = subprocess.run([sys.executable, "-m", "labkit", "grade", str(tmp_path / "class"), "--labs", "02", "--out",
                            str(tmp_path / "g.csv")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert done.returncode == 2
     line = done.stderr.strip().splitlines()[-1]

@@ -196,7 +196,8 @@ class Grader:
         job_file.chmod(0o644)
         judge = self.judges.get()
         try:
-            request = {"job": job, "limits": self.limits, **self._command(lab, job_file, judge.slot)}
+            request = {"job": job, "limits": self.limits, "cpus": self.threads,  # the box's CPU share: watch.py
+                       **self._command(lab, job_file, judge.slot)}
             if self.race is not None and lab == leaderboard.LAB:  # to the judge only: the box never reads the reference
                 request["race"] = self.race
             race = 0.0 if "race" not in request else JUDGE_MARGIN + leaderboard.race_seconds(

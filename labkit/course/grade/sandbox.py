@@ -15,7 +15,9 @@ grader's files out of reach, every writable place small.
   Python environment bound back read-only where a cover hid it (the covers are small tmpfs folders, made
   read-only once the environment is bound inside them); the kit's package a copy of the graded kit (the
   reference answers of the graded lab and later ones left out), read-only; the job the grader built, read-only.
-- **Where it writes**: only /tmp, a tmpfs of ``TMP_BYTES``.
+- **Where it writes**: only /tmp and /dev/shm (POSIX shared memory), each a tmpfs of ``TMP_BYTES``; /dev itself
+  and /run are read-only (bwrap's own /dev and a cover over /run were tmpfs folders the box could fill without
+  bound). A file the grader hides (its signing key, shards.py) is /dev/null to the box.
 - **What it may use**: the judge (judge.py) watches the box's processes from outside and kills the box past its
   memory or process limit; the worker caps a file's size and each exercise's address space.
 """
@@ -215,7 +217,7 @@ class Box:
     """What every box of one grading run shares."""
 
     package: Path  # where labkit is imported from (a copy of the graded kit is bound here)
-    hidden: list[Path]  # folders covered by empty ones
+    hidden: list[Path]  # folders covered by empty ones, and files shown as /dev/null
     env: dict[str, str]
 
     @classmethod
@@ -239,19 +241,24 @@ class Box:
         """The command line running `inner` in a box: `kit` (a copy of the package) bound read-only as the package,
         `job` read-only at INNER_JOB."""
         args = [bwrap() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
+                "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm"]
+        empty = [Path("/dev")]  # read-only once everything inside is mounted
         for sockets in ("/run", "/var/run"):  # the host's sockets (D-Bus, docker): read-only does not stop connect()
             if os.path.isdir(sockets) and not os.path.islink(sockets):
-                args += ["--tmpfs", sockets]
+                args += ["--size", str(COVER_BYTES), "--tmpfs", sockets]
+                empty.append(Path(sockets))
         for hidden in self.hidden:
-            args += ["--size", str(COVER_BYTES), "--tmpfs", str(hidden)]
+            if hidden.is_dir():
+                args += ["--size", str(COVER_BYTES), "--tmpfs", str(hidden)]
+            elif not any(_inside(hidden, h) for h in self.hidden if h != hidden):  # a file (not covered already)
+                args += ["--ro-bind", "/dev/null", str(hidden)]
         restored = self.restores()
         for path in restored:
             args += ["--ro-bind", str(_source(path)), str(path)]
         more, covers = _staged_binds(restored, self.hidden)
         args += more
         args += ["--ro-bind", str(kit), str(self.package)]
-        for hidden in [*self.hidden, *covers]:
+        for hidden in [*(h for h in self.hidden if h.is_dir()), *covers, *empty]:
             args += ["--remount-ro", str(hidden)]
         args += ["--ro-bind", str(job), INNER_JOB, "--dir", "/tmp/home",
                  "--chdir", "/tmp", *_BWRAP, "--new-session", "--clearenv"]
@@ -271,15 +278,20 @@ def _pid_namespace() -> str:
 
 class Cgroups:
     """Limits on the whole box, kept by the kernel where the grader may make control groups (root, with cgroup
-    v1's pids and memory hierarchies): no more than `processes` tasks and `memory` bytes for every process of the
-    box together. Where it may not (cgroup v2 only, too), the judge's Watch polls the same limits from outside."""
+    v1's pids, memory and cpu hierarchies): no more than `processes` tasks and `memory` bytes (its tmpfs and shared
+    memory included: the kernel charges a page to the group that touched it) for every process of the box
+    together, and `cpus` CPUs of time per period (CFS's quota). Where it may not (cgroup v2 only, too), the judge's
+    Watch (watch.py) keeps the same limits from outside."""
 
     V1 = Path("/sys/fs/cgroup")
+    PERIOD = 100_000  # microseconds: CFS's quota is `cpus` periods of CPU time in each
 
-    def __init__(self, name: str, processes: int, memory: int) -> None:
+    def __init__(self, name: str, processes: int, memory: int, cpus: float | None = None) -> None:
         self.groups: list[Path] = []
-        for controller, files in (("pids", {"pids.max": processes}),
-                                  ("memory", {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory})):
+        quota = {"cpu.cfs_period_us": self.PERIOD, "cpu.cfs_quota_us": max(1000, int((cpus or 0) * self.PERIOD))}
+        for controller, files in [("pids", {"pids.max": processes}),
+                                  ("memory", {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory}),
+                                  *([("cpu", quota)] if cpus else [])]:
             base = self.V1 / controller
             if not (base / "cgroup.procs").is_file() or not os.access(base, os.W_OK):
                 continue
@@ -296,6 +308,10 @@ class Cgroups:
     @property
     def active(self) -> bool:
         return bool(self.groups)
+
+    def keeps(self, controller: str) -> bool:
+        """Whether the kernel keeps this box's limit of `controller` ("pids", "memory", "cpu")."""
+        return any(group.parent.name == controller for group in self.groups)
 
     def entering(self, argv: list[str]) -> list[str]:
         """`argv` run by a shell that first moves itself into every group, so the box's first process (and so each
@@ -324,7 +340,7 @@ class Cgroups:
     @classmethod
     def remove_left(cls, prefix: str) -> None:
         """Remove the groups whose names start with `prefix` (those of a judge that was ended), once empty."""
-        for controller in ("pids", "memory"):
+        for controller in ("pids", "memory", "cpu"):
             base = cls.V1 / controller
             groups = sorted(base.glob(prefix + "*")) if base.is_dir() else []
             leftover = cls.__new__(cls)
