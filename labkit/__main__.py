@@ -158,7 +158,8 @@ def _collect(args: argparse.Namespace) -> int:
     return 0 if written else 1
 
 
-MERGE_TAKES = ("submissions", "out", "points", "json", "key", "unsigned")  # the options of `grade` that merge reads; it refuses the rest
+# the options of `grade` that merge reads; it refuses the rest
+MERGE_TAKES = ("submissions", "out", "points", "json", "key", "unsigned")
 
 
 def _given(grading: argparse.ArgumentParser, words: list[str], dests: list[str]) -> dict:
@@ -294,10 +295,11 @@ def _grade(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     sandboxed = f"bubblewrap, network off, as {sandbox.identity()}" if not args.no_sandbox else "NONE (--no-sandbox)"
     print(f"labkit grade: limits: exercise {limits['cell_timeout']:g} s, notebook {limits['notebook_timeout']:g} s, "
-          f"memory {limits['memory_gib']:g} GiB and {limits['processes']} processes a box (kept by "
-          f"{sandbox.kept_by() if not args.no_sandbox else 'a watch from outside (polled)'}), /tmp "
-          f"{sandbox.TMP_BYTES // 2**20} MiB, profile {args.profile}, {args.jobs} at a time; sandbox: {sandboxed}; "
-          f"hidden cases from seed {seed}")
+          f"memory {limits['memory_gib']:g} GiB, {limits['processes']} processes and "
+          f"{max(1, (os.cpu_count() or 1) // args.jobs)} CPU a box (kept by "
+          f"{sandbox.kept_by() if not args.no_sandbox else 'a watch from outside (polled)'}), /tmp and /dev/shm "
+          f"{sandbox.TMP_BYTES // 2**20} MiB each, profile {args.profile}, {args.jobs} at a time; sandbox: "
+          f"{sandboxed}; hidden cases from seed {seed}")
     out.parent.mkdir(parents=True, exist_ok=True)  # made now, so the sandbox covers it with a decoy
     hidden = [ROOT, out.parent, Path.home()] + ([key.path] if key is not None else [])  # the key: never in a box
     race, raced = _race(args, labs, shard, limits)

@@ -3,9 +3,9 @@
 Each test runs a planted hog in a real box (bubblewrap, as `labkit grade` makes it) twice: watched from outside
 alone, as when the grader may make no control group (an ordinary user, cgroup v2 only), and in control groups that
 the kernel keeps (root, cgroup v1, as here), the watch's limits out of the way. The hogs hold 224 MiB against a
-limit of 128 MiB, much of it in memory no process's Pss shows (a memfd written, never mapped; a file in the box's /dev/shm; one in its /tmp), and
-the box must be ended for it; memory held once but seen twice (a memfd both open and mapped, a /dev/shm file mapped)
-must not end a box under its limit; spinners past a box's CPU share are held to it.
+limit of 128 MiB, much of it in memory no process's Pss shows (a memfd written, never mapped; a file in the box's
+/dev/shm; one in its /tmp), and the box must be ended for it; memory held once but seen twice (a memfd both open and
+mapped, a /dev/shm file mapped) must not end a box under its limit; spinners past a box's CPU share are held to it.
 """
 from __future__ import annotations
 

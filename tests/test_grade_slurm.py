@@ -95,8 +95,9 @@ def test_the_docs_slurm_job_array_merged_is_one_run_s_gradebook(tmp_path):
     merged = subprocess.run(merge, shell=True, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert merged.returncode == 0 and "Traceback" not in merged.stderr, merged.stderr
     one = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "labkit", "grade", str(tmp_path / "returned"),
-                          "--labs", "02", "--seed", "2024", "--jobs", "1", "--out", str(tmp_path / "one" / "grades.csv")],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+                          "--labs", "02", "--seed", "2024", "--jobs", "1", "--out",
+                          str(tmp_path / "one" / "grades.csv")], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=1800)
     assert one.returncode == 0, one.stderr[-2000:]
     book = _book(tmp_path / "one" / "grades.csv")
     assert {r["student"] for r in book} == set(STUDENTS)

@@ -72,8 +72,8 @@ class Key:
         if not stat.S_ISREG(info.st_mode) or info.st_size > MOST_BYTES:
             raise SignatureError(f"--key {path}: not a key file (a regular file of a few dozen bytes)")
         if info.st_mode & 0o077:
-            raise SignatureError(f"--key {path}: others may read or write it (mode {stat.S_IMODE(info.st_mode):04o}); a "
-                            f"key is its owner's alone: chmod 600 {path}")
+            raise SignatureError(f"--key {path}: others may read or write it (mode "
+                                 f"{stat.S_IMODE(info.st_mode):04o}); a key is its owner's alone: chmod 600 {path}")
         secret = path.read_bytes().strip()
         if len(secret) < 32:
             raise SignatureError(f"--key {path}: {len(secret)} bytes, too short for a key (32 or more; remove it and "
