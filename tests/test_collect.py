@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import resource
 import stat
 import subprocess
@@ -548,3 +549,55 @@ def _finished(lab: str) -> dict:
 
     nb = bench.answered(lab, {"0.1", "1.1", "1.2", "1.3", "1.4", "1.5", "2.1", "2.2", "2.3", "2.4", "2.5"}, ROOT)
     return json.loads(json.dumps(nb))
+
+
+# ---------------------------------------------------------------- the docs, as written (bars/hub-gradebook, off the hub)
+README = (ROOT / "README.md").read_text()
+GUIDE = (ROOT / "docs" / "instructors.md").read_text()
+
+
+def door(text: str, start: str) -> list[str]:
+    """The commands of the first sh block after `start`, comments dropped."""
+    block = re.search(r"```sh\n(.*?)```", text[text.index(start):], re.S).group(1)
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_instructor_door_is_the_guides_and_runs_python3_after_either_install():
+    """The README's instructor door and the guide's first block are one list of commands: `make hub`, then the same
+    `python3 -m labkit ...` whatever made the kit (make hub's python3, or .venv's once activated), with an --out in
+    the instructor's own home, which collect accepts."""
+    commands = door(README, "**An instructor**")
+    assert commands == door(GUIDE, "# The instructor's guide")
+    assert commands[0] == "make hub" and all(c.startswith("python3 -m labkit ") for c in commands[1:]), commands
+    assert "collect /home/* --out ~/returned" in commands[2] and "grade ~/returned" in commands[3]
+    assert ". .venv/bin/activate" in README[README.index("**An instructor**"):] and "make doctor" in README
+    assert ".venv/bin/python" not in README[:README.index("## Time per lab")]
+
+
+def test_what_the_instructors_commands_write_in_a_clone_is_ignored_by_git():
+    paths = ["handout/README.md", "returned/ada/02_recompute.ipynb", f"returned/{collect.CLASS_FILE}", "grades.csv",
+             "grades.json", "grades_students.csv", "leaderboard.csv", "leaderboard.html"]
+    done = subprocess.run(["git", "-C", str(ROOT), "check-ignore", *paths], capture_output=True, text=True)
+    assert sorted(done.stdout.split()) == sorted(paths)
+
+
+@pytest.mark.long  # a class of five graded in the sandbox: a minute or two
+@pytest.mark.skipif(sandbox.unusable() is not None, reason=str(sandbox.unusable()))
+def test_the_readme_door_run_as_written_in_an_activated_venv_gives_every_student_a_row(tmp_path):
+    """The README's instructor commands, word for word but /home (here a folder of test homes), run by sh from the
+    instructor's clone with .venv activated (after `make lab` or `make doctor`): every student a row, no row for
+    the instructor, the clone not credited, the finished lab 5/5, the duplicate graded."""
+    import classroom
+
+    instructor = classroom.make_homes(tmp_path / "home")
+    venv = ROOT / ".venv"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SUDO_USER")}
+    env.update(HOME=str(instructor), VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}:{os.environ['PATH']}")
+    said = []
+    for command in door(README, "**An instructor**")[1:]:
+        done = subprocess.run(["/bin/sh", "-c", command.replace("/home/*", f"{tmp_path / 'home'}/*")],
+                              cwd=instructor / "labkit", env=env, capture_output=True, text=True, timeout=900)
+        said.append(done.stdout + done.stderr)
+        assert done.returncode == 0, f"{command}:\n{said[-1][-3000:]}"
+    assert (instructor / "labkit" / "handout" / "notebooks" / LAB).is_file()
+    assert classroom.problems(instructor / "labkit" / "grades.csv", said[1]) == []
