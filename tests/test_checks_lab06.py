@@ -1,15 +1,13 @@
 """Tests for the checkers of 06_pitfalls: they pass the reference, in the notebook and under grading's hidden cases,
 and catch each planted bug with its own hint, on the public cases and again on the hidden ones alone.
 
-Checker strength (tools/mutants.py on labkit/reference/pitfalls.py against this file): every mutant that survives
-is read and named here, with why it is no bug (equivalent) or where it would show:
-- `bn.training` or `bn.track_running_stats` flipped in batchnorm_once's freeze condition (`and` -> `or` turns the
-  whole chain, so only a dropped `not` or the like could reach one alone): a BatchNorm in eval mode or without running
-  statistics updates nothing, frozen or not, so freezing it too is equivalent.
-- deleting `bn.register_forward_hook(thaw)`: equivalent under the spec. The queued callback thaws every rerun when
-  its backward ends, and the next pre-hook thaws first, so nothing that runs between a rerun and the end of its
-  backward reads the frozen momentum but another rerun, which thaws it itself (the spec: put back "by the time that
-  backward pass ends at the latest").
+Checker strength (tools/mutants.py on labkit/reference/pitfalls.py against this file; docs/maintainers.md,
+"Checker strength"): every one of the module's 39 mutants was run; all are killed but one, read and named here:
+- deleting `bn.register_forward_hook(thaw)` in batchnorm_once: equivalent under the spec. The queued callback thaws
+  every rerun when its backward ends, and a BatchNorm's next pre-hook thaws it first, so nothing between a rerun and
+  the end of its backward reads the frozen momentum but another rerun of that module, which thaws it itself; the
+  spec asks for the statistics put back "by the time that backward pass ends at the latest". No mutant of this
+  module is GPU-only: it calls nothing of CUDA's.
 """
 from __future__ import annotations
 

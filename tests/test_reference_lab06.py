@@ -35,6 +35,18 @@ def test_difference_by_bits():
     assert str(difference("e", f(1.0), f(1.0))) == "e: bitwise equal"
 
 
+def test_difference_keeps_the_promises_issue_50_names():
+    f16 = lambda *v: torch.tensor(v, dtype=torch.float16)  # noqa: E731
+    assert difference("wide", f16(65504.0), f16(-65504.0)).max_abs == 131008  # float64, not float16's inf
+    nan = difference("nan", torch.tensor([1.0]), torch.tensor([math.nan]))
+    assert not nan.bitwise and math.isnan(nan.max_abs) and math.isnan(nan.max_rel)  # never 0
+    t = torch.tensor([1.0, 2.0])
+    assert "dtype" in difference("view", t, t.view(torch.int32)).detail  # one element size, two dtypes
+    assert "device" in difference("meta", t, t.to("meta")).detail
+    assert difference("zero", torch.tensor([0.0]), torch.tensor([-0.0])) == Difference("zero", False, 0.0, 0.0)
+    assert difference("int8", torch.tensor([3], dtype=torch.int8), torch.tensor([5], dtype=torch.int8)).max_abs == 2
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=False), min_size=1, max_size=8),
        st.integers(0, 7), st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]))

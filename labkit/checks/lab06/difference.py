@@ -15,6 +15,7 @@ from labkit.instruments.harness import Difference
 
 Case = tuple[str, Any, Any, str]  # (what, a, b, the hint a wrong answer on it gets)
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int32, torch.int8, torch.uint8]
 VIEWS = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # a float's bits as an integer dtype of its size
 
 
@@ -45,6 +46,9 @@ def _cases() -> list[Case]:
          H.DIFF_DEVICE),
         ("shape (2, 1) against (2,)", f(1.0, 2.0).reshape(2, 1), f(1.0, 2.0), H.DIFF_META),
         ("integers 3 apart", torch.tensor([1, 5]), torch.tensor([1, 8]), H.DIFF_ABS),
+        ("int8 integers 3 apart", torch.tensor([1, -5], dtype=torch.int8), torch.tensor([1, -2], dtype=torch.int8),
+         H.DIFF_ABS),
+        ("booleans, one flipped", torch.tensor([True, False]), torch.tensor([True, True]), H.DIFF_ABS),
         ("a gradient against None", f(1.0), None, H.DIFF_MISSING),
         ("None against None", None, None, H.DIFF_MISSING),
         ("empty tensors", f(), f(), H.DIFF_SPEC),
@@ -68,7 +72,7 @@ def _promised(drawn: random.Random) -> list[Case]:
 
     def add(what: str, a: Any, b: Any, hint: str) -> None:
         found.append((f"drawn: {what}", a, b, hint))
-    a, b, i = _pair(drawn, drawn.choice(FLOATS + [torch.int32]))
+    a, b, i = _pair(drawn, drawn.choice(FLOATS + INTS))
     add(f"a {a.dtype} tensor against its copy", a, b, H.DIFF_EQUAL)
     a, b, i = _pair(drawn, drawn.choice(FLOATS[:2]))  # a 16-bit ulp is wide enough for allclose to see it
     b.view(-1)[i] = torch.nextafter(b.view(-1)[i], torch.tensor(math.inf, dtype=b.dtype))
@@ -121,7 +125,7 @@ def _hidden_cases() -> list[Case]:
         return []
     found = _promised(drawn)
     for _ in range(4):
-        a, b, i = _pair(drawn, drawn.choice(FLOATS + [torch.int32]))
+        a, b, i = _pair(drawn, drawn.choice(FLOATS + INTS))
         flat, how = b.view(-1), drawn.choice(["ulp", "sign", "nan", "step", "same"])
         if how == "ulp" and a.dtype.is_floating_point:
             flat[i] = torch.nextafter(flat[i:i + 1], torch.full((1,), float("inf"), dtype=a.dtype))[0]
