@@ -15,9 +15,9 @@ from labkit.instruments.ops import OpRecord, op_key
 from labkit.instruments.tensors import op_name
 
 
-def small_block() -> tuple[torch.nn.Module, torch.Tensor]:
+def small_block(seed: int = 4) -> tuple[torch.nn.Module, torch.Tensor]:
     """A GPT block with dropout on, in float64, and an input that requires grad."""
-    cfg = GPTConfig(seq=8, batch=2, hidden=16, heads=2, n_layers=1, dropout=0.2, dtype=torch.float64, seed=4)
+    cfg = GPTConfig(seq=8, batch=2, hidden=16, heads=2, n_layers=1, dropout=0.2, dtype=torch.float64, seed=seed)
     return GPTStack(cfg, final_norm=False).blocks[0], gpt_input(cfg, requires_grad=True)
 
 
