@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -236,6 +237,29 @@ def test_merge_refuses_a_student_of_the_roster_in_no_part_and_a_student_not_on_i
     short = _write_parts(rows, tmp_path / "b", 3, roster=[n for n in _roster(rows) if n != "s03"])
     with pytest.raises(shards.ShardError, match=r"'s03' is in .* but not on the roster"):
         _merged(short)
+
+
+@pytest.mark.parametrize("ghosts, listed", [(10, "'g09' are on the roster"), (11, "'g09' and 1 more are on")])
+def test_students_in_no_part_are_named_ten_at_most_then_counted(tmp_path, ghosts, listed):
+    rows = _class(6)
+    names = [f"g{i:02d}" for i in range(ghosts)]
+    parts = _write_parts(rows, tmp_path, 3, roster=[*_roster(rows), *names])
+    with pytest.raises(shards.ShardError) as refused:
+        _merged(parts)
+    said = str(refused.value)
+    assert listed in said and "more" not in said.replace(listed, ""), said
+
+
+def test_parts_of_other_classes_are_named_by_the_first_16_hex_digits_of_their_rosters(tmp_path):
+    rows = _class(6)
+    parts = _write_parts(rows, tmp_path / "a", 3)
+    other = _write_parts(rows, tmp_path / "b", 3, roster=[*_roster(rows), "zed"])
+    with pytest.raises(shards.ShardError) as refused:
+        _merged([*parts[:2], other[2]])
+    said = str(refused.value)
+    shown = re.findall(r"sha256 ([0-9a-f]+)\.\.\. of (\d+) names against ([0-9a-f]+)\.\.\. of (\d+)", said)
+    assert shown == [(shards.roster_of([*_roster(rows), "zed"])["sha256"][:16], "9",
+                      shards.roster_of(_roster(rows))["sha256"][:16], "8")], str(refused.value)
 
 
 def test_merge_refuses_a_part_without_a_roster_or_with_names_its_hash_does_not_match(tmp_path):
