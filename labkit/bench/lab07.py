@@ -94,23 +94,24 @@ def _planned_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Te
     return run
 
 
-def rows(c: Capstone, plans: dict[str, list[Step]], budget: int, repeats: int = 5) -> list[dict[str, Any]]:
-    """Each plan run for real on one copy of the model: predicted and measured peak, its one-step gradients
-    judged against the plain step's (labkit.instruments.gradients: `gradients`, `gradient_difference`), fits
-    (measured peak <= budget, gradients not wrong), predicted and measured step time over the plain step's
-    (median of `repeats` alternating pairs)."""
+def rows(c: Capstone, plans: dict[str, list[Step]], budget: int, repeats: int = 5,
+         judged: bool = False) -> list[dict[str, Any]]:
+    """Each plan run for real on one copy of the model: predicted and measured peak, fits (measured peak <=
+    budget), predicted and measured step time over the plain step's (median of `repeats` alternating pairs). With
+    `judged` (`labkit bench plan`), also its one-step gradients judged against the plain step's
+    (labkit.instruments.gradients: `gradients`, `gradient_difference`), and a plan judged wrong does not fit."""
     out = []
     with torch.random.fork_rng(devices=cuda_devices(c.tokens)):
         model, opt, loss = _steady(c.model, c.tokens)
         for name, plan in plans.items():
             measured = measure_step(model, opt, c.tokens, loss, plan)
-            judged = judge(model, c.tokens, loss, lambda plan=plan: applied(model, plan))
+            verdict = judge(model, c.tokens, loss, lambda plan=plan: applied(model, plan)).fields() if judged else {}
             ratio = compare(_timed_step(model, opt, c.tokens), _planned_step(model, opt, c.tokens, plan),
                             repeats=repeats, warmup=1, device=c.tokens.device).ratio
             out.append({"name": name, "plan": describe(plan), "predicted_peak": peak_of(plan, c.profile),
-                        "measured_peak": measured, "fits": measured <= budget and judged.gradients != "wrong",
-                        **judged.fields(), "predicted_step_ratio": step_ratio(plan, c.profile),
-                        "measured_step_ratio": ratio})
+                        "measured_peak": measured,
+                        "fits": measured <= budget and verdict.get("gradients") != "wrong", **verdict,
+                        "predicted_step_ratio": step_ratio(plan, c.profile), "measured_step_ratio": ratio})
     return out
 
 
@@ -298,7 +299,7 @@ def plan() -> dict[str, Any]:
     budget = budget_between(c.profile, n)
     chosen = plan_for(c.profile, budget)
     plans = {"planner": chosen, **{s: scheme_plan(s, n) for s in SCHEMES}}
-    by = {r["name"]: r for r in rows(c, plans, budget, repeats=11)}  # the 3% bar: medians of 11 pairs
+    by = {r["name"]: r for r in rows(c, plans, budget, repeats=11, judged=True)}  # the 3% bar: medians of 11 pairs
     mine = by["planner"]
     return {"machine": machine(size), "budget_bytes": budget, "plan": [[s.start, s.stop, s.how] for s in chosen],
             "predicted_peak": mine["predicted_peak"], "measured_peak": mine["measured_peak"],

@@ -318,11 +318,13 @@ def peers(settings: Sequence[Mapping[str, object]], budgets: Sequence[int],
           title: str = "the planner against PyTorch's answers") -> Figure:
     """Every measured setting of each method (`labkit bench plan`'s "settings": measured peak, step ratio) as
     points, each method's joined in memory order, and the budgets as dotted lines: at each budget, the methods
-    that fit are left of its line, and the lower the faster."""
+    that fit are left of its line, and the lower the faster. Settings whose gradients were judged wrong are a
+    series of their own per method ("... (gradients wrong)"): they never fit."""
     points: dict[str, list[tuple[float, float]]] = {}
     for r in settings:
         if "error" not in r:
-            points.setdefault(str(r["method"]), []).append((float(r["measured_peak"]), float(r["step_ratio"])))
+            name = str(r["method"]) + (" (gradients wrong)" if r.get("gradients") == "wrong" else "")
+            points.setdefault(name, []).append((float(r["measured_peak"]), float(r["step_ratio"])))
     fig = pareto(points, title=title, xlabel="measured peak of a training step, MiB")
     (ax,) = fig.axes
     for b in budgets:
