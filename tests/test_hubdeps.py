@@ -4,6 +4,7 @@ home, where it would shadow the image's own under the hub's server), what is mis
 present distribution pinned, JupyterLab (the hub's server) never."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,51 @@ def test_a_broken_distribution_without_a_version_or_name_is_left_out(tmp_path, m
     have = hubdeps.installed()
     assert "broken" not in have and "" not in have and "numpy" in have
     assert "broken" not in hubdeps.constraints(have)
+
+
+def test_a_version_pip_cannot_read_is_named_as_older_never_kept_or_replaced():
+    todo = hubdeps.plan([Requirement("numpy>=1.26")], {"numpy": "not a version"})
+    assert todo == {"install": [], "older": ["numpy not a version (the kit asks >=1.26)"], "server": [], "kept": []}
+
+
+def _pip_says(monkeypatch, code: int) -> list[list[str]]:
+    """hubdeps with nothing installed and pip replaced by one that exits `code`: the commands it was given."""
+    calls = []
+    monkeypatch.setattr(hubdeps, "installed", lambda: {"numpy": "2.0.0"})
+    monkeypatch.setattr(hubdeps.subprocess, "run", lambda argv, **kw: calls.append(argv)
+                        or subprocess.CompletedProcess(argv, code))
+    return calls
+
+
+def test_a_pip_that_fails_is_reported_with_its_status_and_what_was_asked(monkeypatch, capsys):
+    calls = _pip_says(monkeypatch, 3)
+    assert hubdeps.main(["--user"]) == 3
+    out = capsys.readouterr().out
+    failed = next(line for line in out.splitlines() if line.startswith("labkit: pip could not install "))
+    assert "pulp>=3.3" in failed and "numpy" not in failed and "ask the hub's admin" in failed
+    (argv,) = calls
+    assert argv[:4] == [sys.executable, "-m", "pip", "install"] and argv[4] == "--user" and argv[5] == "-c"
+    assert "numpy>=1.26" not in argv and any(a.startswith("pulp") for a in argv)  # what is there is not asked
+
+
+def test_a_pip_that_succeeds_installs_only_what_is_missing(monkeypatch, capsys):
+    calls = _pip_says(monkeypatch, 0)
+    assert hubdeps.main([]) == 0
+    out = capsys.readouterr().out
+    assert "could not install" not in out and "installing what the image lacks: " in out and len(calls) == 1
+    assert hubdeps.main(["--dry-run"]) == 0 and len(calls) == 1  # a dry run runs no pip
+    assert "would install what the image lacks" in capsys.readouterr().out
+
+
+def test_the_install_line_comes_before_pip_s_own_output_on_a_pipe(tmp_path):
+    """On a pipe (make's log) Python holds its output back: the line naming what is installed is flushed before
+    pip starts, so it is not printed after everything pip wrote."""
+    code = ("import os, subprocess, sys\nfrom labkit.env import hubdeps\nhubdeps.installed = lambda: {}\n"
+            "def pip(argv, **kw):\n    os.write(1, b'PIP SAYS\\n')\n    return subprocess.CompletedProcess(argv, 0)\n"
+            "hubdeps.subprocess.run = pip\nsys.exit(hubdeps.main([]))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered, as under make
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    installing = next(i for i, line in enumerate(lines) if line.startswith("labkit: installing what the image lacks"))
+    assert installing < lines.index("PIP SAYS"), lines
