@@ -103,15 +103,17 @@ def _bench(args: argparse.Namespace) -> int:
     return main(args.name, as_json=args.json)
 
 
-def _gpu_check(args: argparse.Namespace) -> int:
-    from labkit.course.gpucheck import main
-    from labkit.course.gpurows import DEFAULT, ROWS
+GPU_CHECK = ROOT / "tools" / "gpucheck.py"  # a maintainers' tool: in the kit's checkout, not in what students get
 
-    if args.list:
-        for key, (_, limit) in ROWS.items():
-            print(f"{key:10} limit {limit:4.0f} s{'' if key in DEFAULT else '  (only when asked: --only ' + key + ')'}")
-        return 0
-    return main(args.memory, args.seconds, args.only or ())
+
+def _gpu_check(args: argparse.Namespace) -> int:
+    """Become tools/gpucheck.py with the words given (the same process: its signals are the run's)."""
+    if not GPU_CHECK.is_file():
+        print("labkit gpu-check: a maintainers' tool of the kit's checkout (tools/gpucheck.py), not in this copy "
+              "of the kit", file=sys.stderr)
+        return 2
+    os.execv(sys.executable, [sys.executable, str(GPU_CHECK), *args.rest])
+    return 2  # not reached
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -357,15 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=_bench)
-    p = sub.add_parser("gpu-check", help="GPU-only tests, benchmarks and every lab, each row in its own process "
-                                         "with its own time limit; a JSON line per row under docs/gpu/, table last")
-    p.add_argument("--memory", help="size everything as on a card with this much free "
-                                    "(default: $LABKIT_GPU_MEMORY, else 16GiB)")
-    p.add_argument("--seconds", type=float, default=480, help="time for the whole run; rows not started by then "
-                                                               "fail as not run (480)")
-    p.add_argument("--only", nargs="+", metavar="ROW", help="run only these rows, in this order (see --list)")
-    p.add_argument("--list", action="store_true", help="name the rows and their time limits, then exit")
-    p.set_defaults(run=_gpu_check)
+    p = sub.add_parser("gpu-check", add_help=False,
+                       help="maintainers, on a GPU: GPU-only tests, benchmarks and every lab, each row in its own "
+                            "process; a JSON line per row under docs/gpu/, table last (tools/gpucheck.py; --help)")
+    p.set_defaults(run=_gpu_check, passes_on=True)  # every word after it is tools/gpucheck.py's
     p = sub.add_parser("release", help="write the student bundle of some labs, without their reference answers")
     p.add_argument("out", help="a new (or empty) folder")
     p.add_argument("--labs", help="comma-separated lab numbers, in order, none skipped (default: all)")
@@ -415,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
                                                               "beside --out")
     p.set_defaults(run=_grade)
     words = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(words)
+    args, args.rest = parser.parse_known_args(words)
+    if args.rest and not getattr(args, "passes_on", False):
+        parser.error(f"unrecognized arguments: {' '.join(args.rest)}")
     if args.command == "grade" and args.submissions[0] == "merge":  # a folder of that name is ./merge
         return _merge(args, _given(sub.choices["grade"], words[1:], list(vars(args))))
     return args.run(args)

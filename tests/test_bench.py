@@ -9,7 +9,8 @@ from matplotlib.figure import Figure
 
 import labkit as lk
 from labkit import bench, plots
-from labkit.course import gpucheck, gpurows
+import gpucheck  # tools/gpucheck.py: the maintainers' GPU check
+import gpurows
 
 
 def test_meter_bench_reports_one_ratio_per_repeat():

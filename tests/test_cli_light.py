@@ -110,3 +110,34 @@ def test_the_kit_s_variables_are_read_through_labkit_env_variables(monkeypatch, 
     child = variables.for_child({"PATH": "/bin", variables.BOX_OF: "pid:[1]"}, profile="tiny")
     assert child == {"PATH": "/bin", variables.PROFILE: "tiny"}
     assert variables.for_child({}, box_of="pid:[2]") == {variables.BOX_OF: "pid:[2]"}
+
+
+def _kit_variables_outside_env() -> list[str]:
+    """Each place in labkit/ outside labkit/env/ that names a LABKIT_* variable as a key or keyword (a read or a
+    set); prose that mentions one ($LABKIT_GPU_MEMORY in a help text) is no read."""
+    import ast
+    import re
+
+    name = re.compile(r"LABKIT_[A-Z0-9_]+")
+    found = []
+    for path in sorted((ROOT / "labkit").rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[:2] == ("labkit", "env"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and name.fullmatch(node.value):
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+            elif isinstance(node, ast.keyword) and node.arg and name.fullmatch(node.arg):
+                found.append(f"{rel}:{node.lineno}: {node.arg}=")
+    return found
+
+
+def test_labkit_variables_are_read_and_set_in_labkit_env_only():
+    assert _kit_variables_outside_env() == []
+
+
+def test_the_gpu_check_is_a_maintainers_tool_outside_the_package_the_command_still_runs():
+    assert not (ROOT / "labkit" / "course" / "gpucheck.py").exists() and (ROOT / "tools" / "gpucheck.py").is_file()
+    done = subprocess.run([sys.executable, "-m", "labkit", "gpu-check", "--list"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("meter ") and "lab07" in done.stdout, done.stderr

@@ -231,11 +231,10 @@ def test_settling_on_cuda_waits_for_the_device(monkeypatch):
 
 # wall clocks that time no tensor work: (file, why)
 WALL_CLOCKS = {
-    "labkit/course/gpucheck.py": "each row's process and the whole run against their time limits",
-    "labkit/course/gpurows.py": "a row's and a lab's Run All seconds, printed for the reader",
     "labkit/course/notebook.py": "a notebook's whole run",
     "labkit/course/grade/bench.py": "a grading run's whole time",
     "labkit/course/grade/judge.py": "a submission's limits",
+    "labkit/course/grade/watch.py": "a box's CPU seconds against the wall clock (its CPU share)",
     "labkit/course/grade/wire.py": "a message's deadline",
     "labkit/course/grade/worker.py": "an exercise's limit",
     "labkit/env/ranks.py": "the ranks' start-up deadline",

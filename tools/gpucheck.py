@@ -1,7 +1,9 @@
-"""`python -m labkit gpu-check`: the GPU-only tests, the benchmarks and every lab, each row in a process of its own.
+"""`python -m labkit gpu-check` (that is, `python tools/gpucheck.py`): the GPU-only tests, the benchmarks and every
+lab, each row in a process of its own. A maintainers' tool of the kit's checkout (it runs tests/ and writes
+docs/gpu/), not part of the package students and instructors install.
 
 Everything is sized as on a card with 16 GiB free (`--memory`, or $LABKIT_GPU_MEMORY, which also caps the
-allocator), so it checks the sizes a T4 would get. The rows (labkit.course.gpurows.ROWS) run one after another in
+allocator), so it checks the sizes a T4 would get. The rows (tools/gpurows.py, ROWS) run one after another in
 order of importance, each in a child process with its own time limit, all within `--seconds` (480 by default, so a
 run fits a device lease of 15 minutes, start-up included): a row cut by its limit, or not started for want of time,
 is a failed row that says so. After each row one JSON line is written and flushed to docs/gpu/<card>-<memory>-
@@ -24,15 +26,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from labkit.course.gpurows import DEFAULT, ROWS, Row
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[1:1] = [p for p in (str(HERE), str(ROOT)) if p not in sys.path]  # gpurows beside it; the checkout's labkit
 
-ROOT = Path(__file__).resolve().parents[2]
+from gpurows import DEFAULT, ROWS, Row  # noqa: E402
+from labkit.env import variables  # noqa: E402
+
 FOLDER = ROOT / "docs" / "gpu"
 
 
 def row_command(key: str, out: Path) -> list[str]:
     """The child process that measures row `key` into the file `out`."""
-    return [sys.executable, "-m", "labkit.course.gpurows", key, str(out)]
+    return [sys.executable, str(HERE / "gpurows.py"), key, str(out)]
 
 
 def stem(device: str, memory: str, torch_version: str, today: str, folder: Path) -> Path:
@@ -221,8 +227,8 @@ def main(memory: str | None = None, seconds: float = 480, only: Sequence[str] = 
     if not torch.cuda.is_available():  # asks the driver; creates no CUDA context
         print("labkit gpu-check: torch sees no CUDA device; nothing to run here (the CPU suite is `make test`).")
         return 0
-    memory = memory or os.environ.get("LABKIT_GPU_MEMORY") or "16GiB"
-    os.environ.update(LABKIT_GPU_MEMORY=memory, LABKIT_PROFILE="gpu")  # the rows, the pytest and the lab kernels
+    memory = memory or variables.read(variables.GPU_MEMORY) or "16GiB"
+    variables.set_gpu_run(memory)  # the rows, the pytest and the lab kernels inherit it
     # the device's name and the doctor from a child: a CUDA context in this process would sit beside every row's
     device = _in_child("import torch; print(torch.cuda.get_device_name())").strip() or "unknown GPU"
     today = datetime.date.today().isoformat()
@@ -235,3 +241,26 @@ def main(memory: str | None = None, seconds: float = 480, only: Sequence[str] = 
     run_rows(list(only or DEFAULT), run)
     run.finish()
     return 0 if all(r.ok for r in run.rows) else 1
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """`python -m labkit gpu-check [--memory M] [--seconds S] [--only ROW...] [--list]`: parse, then run."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m labkit gpu-check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--memory", help="size everything as on a card with this much free "
+                                         "(default: $LABKIT_GPU_MEMORY, else 16GiB)")
+    parser.add_argument("--seconds", type=float, default=480, help="time for the whole run; rows not started by "
+                                                                   "then fail as not run (480)")
+    parser.add_argument("--only", nargs="+", metavar="ROW", help="run only these rows, in this order (see --list)")
+    parser.add_argument("--list", action="store_true", help="name the rows and their time limits, then exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for key, (_, limit) in ROWS.items():
+            print(f"{key:10} limit {limit:4.0f} s{'' if key in DEFAULT else '  (only when asked: --only ' + key + ')'}")
+        return 0
+    return main(args.memory, args.seconds, args.only or ())
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

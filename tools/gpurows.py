@@ -1,7 +1,7 @@
-"""The rows of `python -m labkit gpu-check`, each measured in a process of its own.
+"""The rows of `python -m labkit gpu-check` (tools/gpucheck.py), each measured in a process of its own.
 
-`python -m labkit.course.gpurows KEY OUT` measures the row KEY (a key of ROWS) on the gpu profile, sized as
-$LABKIT_GPU_MEMORY says, and writes it to the file OUT as one JSON object (labkit.course.gpucheck.Row's fields):
+`python tools/gpurows.py KEY OUT` measures the row KEY (a key of ROWS) on the gpu profile, sized as
+$LABKIT_GPU_MEMORY says, and writes it to the file OUT as one JSON object (Row's fields):
 what gpu-check's parent process reads once the child ends, or does not when it was cut. Rows that crash are rows
 too: the error's line is the value.
 """
@@ -17,7 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a file: the checkout's labkit
+    sys.path.insert(1, str(ROOT))
+
+from labkit.env import variables  # noqa: E402
 # Reserved bytes a lab may reach, over its predicted allocated peak. With expandable segments (labkit.env sets
 # them) the caching allocator maps pages as needed instead of keeping whole segments: on an H200 at 16 GiB every
 # lab reserved at most 1.30x what it allocated (lab 04) and at most 1.001x its predicted allocated peak (lab 01)
@@ -78,7 +82,7 @@ def meter_vs_allocator() -> Row:
 def bench(name: str, label: str, bar: str, ok: Callable[[dict], bool]) -> Callable[[], Row]:
     """A row running `bench NAME`, labelled `label`; its JSON printed in full, its scalars in the row."""
     def run() -> Row:
-        from labkit import bench as benches
+        import labkit.bench as benches
 
         figures = benches.BENCHMARKS[name]()
         print(f"bench {name}: {json.dumps(figures)}", flush=True)
@@ -176,7 +180,7 @@ def lab(number: str) -> Callable[[], Row]:
     All seconds, its allocator's allocated and reserved peaks against the prediction (labkit.env.sizing)."""
     def run() -> Row:
         figures, seconds = _run_lab(number)
-        memory = os.environ.get("LABKIT_GPU_MEMORY", "the card")
+        memory = variables.read(variables.GPU_MEMORY) or "the card"
         allocated, reserved = figures["allocated"], figures["reserved"]
         predicted = figures["predicted"].get(number)  # sizing's lab_peaks, keyed "01".."07"
         gib = 2**30

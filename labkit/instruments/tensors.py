@@ -19,7 +19,8 @@ def op_name(func: Any) -> str:
 
 def plain_tensors(t: torch.Tensor) -> Iterator[torch.Tensor]:
     """t, or, for a wrapper subclass such as FSDP2's DTensor, the tensors it wraps (its local shard), whatever their
-    layout: a wrapper's own storage is a stand-in of the global size, not memory (the ledger's Rule D)."""
+    layout: a wrapper's own storage is a stand-in of the global size, not memory (the ledger counts a wrapper so:
+    its attribution rules, labkit/instruments/ledger.py)."""
     if is_traceable_wrapper_subclass(t):
         names, _ = t.__tensor_flatten__()
         for name in names:

@@ -12,6 +12,7 @@ import queue
 import secrets
 import select
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from labkit.course.catalog import LABS
 from labkit.course.grade import files, leaderboard, report, sandbox, shards
 from labkit.course.grade.rebuild import Pristine, match, program, rebuild
 from labkit.course.grade.report import Row
+from labkit.env import variables
 
 # seconds a judge may take beyond a notebook's limit and one exercise's (the limit is checked between exercises):
 # starting the box, ending it, decoding; past them the judge is ended
@@ -47,7 +49,8 @@ class JudgeProcess:
     @staticmethod
     def _start() -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "labkit.course.grade.judge"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True, env=dict(os.environ, LABKIT_PROFILE="tiny"))
+                                stdout=subprocess.PIPE, text=True,
+                                env=variables.for_child(os.environ, profile="tiny"))
 
     def grade(self, request: dict, seconds: float) -> dict:
         """The judge's answer to `request`; past `seconds` the judge (and with it its box) is ended and a fresh one
@@ -112,6 +115,8 @@ class Grader:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         self.box = sandbox.Box.make(root / "labkit", hidden + [self.tmp], threads, limits["profile"]) \
             if use_sandbox else None
+        if self.box is not None:
+            self.box.env.update(_imports(self.box.package))
         self.threads = threads
         self.judges: queue.Queue = queue.Queue()
         for slot in range(jobs):
@@ -223,8 +228,8 @@ class Grader:
             return {"argv": self.box.argv(self.templates[lab], job_file, slot, inner)}
         kit = self.templates[lab]
         work = Path(tempfile.mkdtemp(prefix="run-", dir=self.tmp))
-        env = dict({k: v for k, v in os.environ.items() if k != sandbox.BOX_OF},  # no box: never said to be one
-                   PYTHONPATH=str(kit.parent), LABKIT_PROFILE=self.limits["profile"],
+        env = dict(variables.for_child(os.environ, profile=self.limits["profile"]),  # no box: never said to be one
+                   PYTHONPATH=str(kit.parent),
                    PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=str(self.threads), MPLBACKEND="Agg")
         return {"argv": [sys.executable, str(kit / "course" / "grade" / "worker.py"), str(job_file), "--memory", memory],
                 "env": env, "cwd": str(work)}
@@ -283,6 +288,17 @@ def _class(paths: list[Path], labs: list[str]) -> list[files.Returned]:
         raise GradeError(f"nothing to grade in {', '.join(map(str, paths))}: no notebook, and no class that "
                          f"labkit collect recorded ({files.CLASS_FILE}); give the class's folder (collect's --out)")
     return returned
+
+
+def _imports(package: Path) -> dict[str, str]:
+    """What a box's Python is told so that it imports what the grader's does: the kit's folder first, and the user
+    site the grader reads, if it reads one. `make hub` installs the kit and its dependencies there (--user), under
+    a HOME the box never reads (its own is /tmp/home), so every box said "No module named 'labkit'"; the site is
+    bound back inside with the rest of the environment (sandbox.Box.restores)."""
+    env = {"PYTHONPATH": str(package.parent)}
+    if site.ENABLE_USER_SITE and site.getusersitepackages() in sys.path:
+        env["PYTHONUSERBASE"] = site.getuserbase()
+    return env
 
 
 def _coverable(folder: Path) -> bool:

@@ -37,11 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.env import variables
+
 BOX_UID = 61000  # the first uid of the boxes when the grader runs as root (one per job slot)
 TMP_BYTES = 256 * 2**20  # /tmp in the box, in memory: what a submission may write in all
 INNER_JOB = "/tmp/job.json"  # where the box sees the grader's job (a read-only file on its tmpfs)
 COVER_BYTES = 1 << 16  # a cover over a hidden folder: an empty tmpfs, read-only once the binds inside it are made
-BOX_OF = "LABKIT_BOX_OF"  # set on a box's command line only: the pid namespace it was made from (worker.py, Reach)
+BOX_OF = variables.BOX_OF  # set on a box's command line only: the pid namespace it was made from (worker.py, Reach)
 
 
 def bwrap() -> str | None:
@@ -223,9 +225,10 @@ class Box:
     @classmethod
     def make(cls, package: Path, hidden: list[Path], threads: int, profile: str) -> "Box":
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp/home",
-               "LABKIT_PROFILE": profile, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/home/.matplotlib", "LANG": "C.UTF-8",
                "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        env = variables.for_child(env, profile=profile)
         resolved = sorted({p.resolve() for p in hidden if p.exists()}, key=lambda p: len(p.parts))
         return cls(package.resolve(), resolved, env)
 
@@ -262,7 +265,7 @@ class Box:
             args += ["--remount-ro", str(hidden)]
         args += ["--ro-bind", str(job), INNER_JOB, "--dir", "/tmp/home",
                  "--chdir", "/tmp", *_BWRAP, "--new-session", "--clearenv"]
-        for key, value in {**self.env, BOX_OF: _pid_namespace()}.items():
+        for key, value in variables.for_child(self.env, box_of=_pid_namespace()).items():
             args += ["--setenv", key, value]
         return _user(slot) + args + ["--"] + inner
 

@@ -51,7 +51,8 @@ import labkit  # noqa: E402
 
 labkit.import_all()  # every module a checker relies on is loaded before any student code
 from labkit.course import catalog  # noqa: E402
-from labkit.course.grade import guard, sandbox, wire  # noqa: E402
+from labkit.course.grade import guard, wire  # noqa: E402
+from labkit.env import variables  # noqa: E402
 from labkit.stubs import stub_of  # noqa: E402
 
 PR_SET_PDEATHSIG = 1
@@ -242,10 +243,10 @@ def child(job: dict, exercise: dict, fd_in: int, fd_out: int, memory: int | None
 # child (``_die_with_parent``); a process a submission forks below that child, or one that clears its own death
 # signal, can outlive them: only a box ends everything (`labkit grade` runs without one only when given --no-sandbox).
 def _in_box() -> bool:
-    """Whether this process is a box's worker (see Reach): the box's command line says so (sandbox.BOX_OF: the pid
+    """Whether this process is a box's worker (see Reach): the box's command line says so (variables.BOX_OF: the pid
     namespace the box was made from), this process's pid namespace is another one, and its parent is that
     namespace's pid 1 (getppid() counts in this process's namespace)."""
-    made_in = os.environ.get(sandbox.BOX_OF, "")
+    made_in = variables.box_of()
     try:
         own = os.readlink("/proc/self/ns/pid")
     except OSError:
