@@ -35,6 +35,13 @@ def answered(exercises: tuple[str, ...]) -> str:
     return nbformat.writes(bench.answered(LAB, set(exercises), ROOT))
 
 
+def answer_sources(exercises: tuple[str, ...]) -> dict[str, str]:
+    """{cell id: the solution's source} of the answer cells of `exercises`: what a student types into them."""
+    view = nbformat.read(ROOT / "notebooks" / NOTEBOOK, as_version=4)
+    mine = {c.id: c.source for c in bench.answered(LAB, set(exercises), ROOT).cells}
+    return {c.id: mine[c.id] for c in view.cells if mine[c.id] != c.source}
+
+
 def clone(home: Path) -> Path:
     """A clone of the whole kit in `home` (its notebooks/ and solutions/, every lab), touched by nothing since."""
     kit = home / "labkit"

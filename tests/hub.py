@@ -8,6 +8,7 @@ the kernel and the server.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,36 @@ _RESTART = """async () => {  // each open notebook's kernel, through the noteboo
   }
   return restarted;
 }"""
+_EDIT = """async ({path, sources}) => {  // what a student does: write into cells, then File > Save (JupyterLab's own save)
+  const app = window.jupyterapp;
+  const widget = await app.commands.execute('docmanager:open', {path, factory: 'Notebook'});
+  await widget.context.ready;
+  let written = 0;
+  for (const cell of widget.content.widgets) {
+    if (cell.model.id in sources) {
+      cell.model.sharedModel.setSource(sources[cell.model.id]);
+      written += 1;
+    }
+  }
+  await widget.context.save();
+  await widget.sessionContext.shutdown();
+  widget.dispose();
+  return written;
+}"""
+_DUPLICATE = """async (path) => {  // the file browser's Duplicate: a copy beside it, named NAME-Copy1
+  const folder = path.split('/').slice(0, -1).join('/');
+  return (await window.jupyterapp.serviceManager.contents.copy(path, folder)).path;
+}"""
+_RENAME = "async ([from, to]) => (await window.jupyterapp.serviceManager.contents.rename(from, to)).path"
+_TERMINAL = """async () => {  // File > New > Terminal: a shell of the student's server, its output kept
+  const session = await window.jupyterapp.serviceManager.terminals.startNew();
+  window.labkitTerminal = {session, out: ''};
+  session.messageReceived.connect((_, msg) => {
+    if (msg.type === 'stdout') window.labkitTerminal.out += msg.content[0];
+  });
+  return session.name;
+}"""
+_EXIT = re.compile(r"@@rc=(\d+)")  # printed after each command; its echo reads '@@rc=' "$?", never a digit after =
 PASSWORD = "labkit-hub-test"  # the shared password every student logs in with
 CONFIG = """
 c = get_config()  # noqa: F821
@@ -198,6 +229,35 @@ class Student:
             if self.page.evaluate(_IDLE) or time.monotonic() > deadline:
                 break
         return [CellView(**c) for c in self.page.evaluate(_CELLS)]
+
+    def edit(self, path: str, sources: dict[str, str]) -> int:
+        """Open `path` (below the home), write `sources` (cell id -> source) into its cells and save it, as a
+        student does in JupyterLab; how many cells were written."""
+        return self.page.evaluate(_EDIT, {"path": path, "sources": sources})
+
+    def duplicate(self, path: str) -> str:
+        """The file browser's Duplicate of `path`; the copy's path."""
+        return self.page.evaluate(_DUPLICATE, path)
+
+    def rename(self, path: str, to: str) -> str:
+        return self.page.evaluate(_RENAME, [path, to])
+
+    def terminal(self, commands: list[str], timeout: float = 900) -> list[tuple[int, str]]:
+        """Each command typed into a new JupyterLab terminal of this student's server, one after the other:
+        (its exit status, what the terminal showed meanwhile, colours and carriage returns dropped)."""
+        self.page.evaluate(_TERMINAL)
+        self.page.wait_for_function("() => window.labkitTerminal.out.length > 0", timeout=60_000)
+        done = []
+        for command in commands:
+            start = self.page.evaluate("() => window.labkitTerminal.out.length")
+            self.page.evaluate("(text) => window.labkitTerminal.session.send({type: 'stdin', content: [text]})",
+                               f"{command}; printf '%s%s\\n' '@@rc=' \"$?\"\r")
+            self.page.wait_for_function(f"() => /@@rc=\\d+/.test(window.labkitTerminal.out.slice({start}))",
+                                        timeout=timeout * 1000, polling=1000)
+            shown = self.page.evaluate(f"() => window.labkitTerminal.out.slice({start})")
+            text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r", "", shown)
+            done.append((int(_EXIT.search(text).group(1)), text))
+        return done
 
     def kernel_labkit(self) -> str:
         """Where `import labkit` leads in this student's running kernel: its environment and folder, asked anew."""

@@ -1,11 +1,11 @@
 """A hub image's Python, as a student finds it: torch and Jupyter installed, the kit not. And the README's hub
 path run in it (tests/test_hub_install.py, tests/test_hub.py).
 
-`image_python(folder)` makes a virtual environment that reads the system's and the user's site-packages, as a
-hub image's conda Python does, and links every distribution of this venv into it but the kit's own: torch,
-JupyterLab, ipywidgets, jupyterhub-singleuser are there, `import labkit` fails. `readme_hub_commands()` reads the
-commands of the README's hub door; `run_hub_path` runs them in a clone with JupyterHub's variables set, as a
-student's terminal in the hub has them.
+`fresh_copy(folder)` is a clone of the kit (its tracked files). `image_python(folder)` makes a virtual
+environment that reads the system's and the user's site-packages, as a hub image's conda Python does, and links
+every distribution of this venv into it but the kit's own: torch, JupyterLab, ipywidgets, jupyterhub-singleuser are
+there, `import labkit` fails. `readme_hub_commands()` reads the commands of the README's hub door; `run_hub_path`
+runs them in a clone with JupyterHub's variables set, as a student's terminal in the hub has them.
 """
 from __future__ import annotations
 
@@ -46,6 +46,17 @@ def image_python(folder: Path) -> Path:
         path.write_text(f"#!{python}\nimport sys\nfrom {module} import main\nsys.exit(main())\n")
         path.chmod(0o755)
     return python
+
+
+def fresh_copy(folder: Path) -> Path:
+    """The files a clone of this commit holds (the tracked files, as in the working tree), in `folder`."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(source.read_bytes())
+    return folder
 
 
 def readme_hub_commands() -> list[str]:

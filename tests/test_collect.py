@@ -236,7 +236,8 @@ def test_a_chain_of_a_thousand_links_and_a_loop_are_reported_by_name_and_the_cla
         str(homes / "grace" / f"loop-{x}.ipynb") for x in "ab"}  # each link more than 40 from the end of the chain
     assert sum("a link out of the home" in r for r in record) == 40  # the last 40 lead out of it, within the bound
     grace = next(line for line in stdout.splitlines() if line.startswith("labkit collect: grace"))
-    assert str(chain / "l0") in grace and "more refused (all in --out's .labkit-class.json)" in grace
+    assert str(chain / "l0") in grace and "988 more links or folders refused (all in --out's .labkit-class.json)" \
+        in grace and f"{homes / 'grace' / 'loop-a.ipynb'}: a chain of more than" in grace  # a notebook's: shown
 
 
 @pytest.mark.parametrize("layout", [
@@ -601,3 +602,16 @@ def test_the_readme_door_run_as_written_in_an_activated_venv_gives_every_student
         assert done.returncode == 0, f"{command}:\n{said[-1][-3000:]}"
     assert (instructor / "labkit" / "handout" / "notebooks" / LAB).is_file()
     assert classroom.problems(instructor / "labkit" / "grades.csv", said[1]) == []
+
+
+def test_a_box_imports_the_kit_and_the_user_site_the_grader_imports_from(monkeypatch, tmp_path):
+    """make hub installs the kit and its dependencies into a user site (--user), under a HOME no box reads: the box
+    is told the kit's folder and that site (before, every box after make hub said "No module named 'labkit'")."""
+    package = tmp_path / "labkit" / "labkit"
+    monkeypatch.setattr(grader.site, "ENABLE_USER_SITE", True)
+    monkeypatch.setattr(grader.site, "getusersitepackages", lambda: str(tmp_path / ".local" / "site"))
+    monkeypatch.setattr(grader.site, "getuserbase", lambda: str(tmp_path / ".local"))
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path / ".local" / "site")])
+    assert grader._imports(package) == {"PYTHONPATH": str(tmp_path / "labkit"), "PYTHONUSERBASE": str(tmp_path / ".local")}
+    monkeypatch.setattr(grader.site, "ENABLE_USER_SITE", False)  # a virtual environment of its own reads none
+    assert grader._imports(package) == {"PYTHONPATH": str(tmp_path / "labkit")}

@@ -9,21 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hubenv import HUB_VARIABLES, image_python, readme_hub_commands, run_hub_path
+from hubenv import HUB_VARIABLES, fresh_copy, image_python, readme_hub_commands, run_hub_path
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
-
-
-def _fresh_copy(folder: Path) -> Path:
-    """The files a clone of this commit holds (the tracked files, as in the working tree)."""
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
-    for name in filter(None, listed.decode().split("\0")):
-        source = ROOT / name
-        if source.is_file():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_bytes(source.read_bytes())
-    return folder
 
 
 def _where(python: Path, home: Path, code: str) -> str:
@@ -52,7 +41,7 @@ def test_the_readme_names_the_hub_commands():
 
 
 def test_the_hub_path_in_a_fresh_copy_leaves_the_kit_importable_and_starts_no_server(tmp_path):
-    clone, home = _fresh_copy(tmp_path / "labkit"), tmp_path / "home" / "ada"
+    clone, home = fresh_copy(tmp_path / "labkit"), tmp_path / "home" / "ada"
     python = image_python(tmp_path / "image")
     home.mkdir(parents=True)
     torch_before = _where(python, home, "import torch; print(torch.__version__, torch.__file__)")

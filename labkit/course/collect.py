@@ -66,7 +66,7 @@ __all__ = ["CLASS_FILE", "MOST_DEPTH", "MOST_LINKS", "MOST_NOTEBOOKS", "Collecti
 MOST_DEPTH = 32  # folders below a home searched at most (a handout's notebooks are two or three down)
 MOST_LINKS = 40  # links followed in working out where one leads (Linux's MAXSYMLINKS): past it, a chain or a loop
 MOST_NOTEBOOKS = 256  # notebooks read per home at most (a full clone of the kit holds 16)
-MOST_SAID = 12  # refusals a home's line of the report shows; the class file keeps them all
+MOST_SAID = 12  # refusals a home's line shows, but of notebooks (all shown); the class file keeps them all
 _NOTEBOOK = {lab.number: lab.notebook for lab in LABS}  # "02" -> "02_recompute.ipynb"
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO swapped in is opened without waiting, then refused
@@ -93,9 +93,14 @@ class Home:
         got = [f"{_NOTEBOOK[lab]} from {taken}" for lab, taken in self.taken.items()]
         where = shown(self.path) if self.path is not None else "no home"
         parts = [f"{shown(self.student)} ({where}): {', '.join(got) or 'no lab notebook'}"]
-        parts += [f"REFUSED {r}" for r in self.refused[:MOST_SAID]]
-        if len(self.refused) > MOST_SAID:
-            parts.append(f"and {len(self.refused) - MOST_SAID} more refused (all in --out's {CLASS_FILE})")
+        others = 0  # refusals of what is not a notebook: past MOST_SAID of them, counted, not shown
+        for refused in self.refused:
+            notebook = refused.split(": ")[0].lower().endswith(".ipynb")
+            others += not notebook
+            if notebook or others <= MOST_SAID:
+                parts.append(f"REFUSED {refused}")
+        if others > MOST_SAID:
+            parts.append(f"and {others - MOST_SAID} more links or folders refused (all in --out's {CLASS_FILE})")
         parts += [f"left {p}" for p in self.left]
         if self.path is None:
             parts += sorted(set(self.nothing.values()))
@@ -111,7 +116,7 @@ class Collection:
     labs: list[str]  # the labs collected
 
     def record(self) -> dict:
-        """The class as `labkit grade` reads it (files.class_record): every student, and per lab, why nothing
+        """The class as `labkit grade` reads it (files.read_class): every student, and per lab, why nothing
         was taken where nothing was."""
         return {"collected": self.labs, "students": {
             h.student: {"home": shown(h.path) if h.path is not None else None, "taken": h.taken,
