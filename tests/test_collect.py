@@ -615,3 +615,27 @@ def test_a_box_imports_the_kit_and_the_user_site_the_grader_imports_from(monkeyp
     assert grader._imports(package) == {"PYTHONPATH": str(tmp_path / "labkit"), "PYTHONUSERBASE": str(tmp_path / ".local")}
     monkeypatch.setattr(grader.site, "ENABLE_USER_SITE", False)  # a virtual environment of its own reads none
     assert grader._imports(package) == {"PYTHONPATH": str(tmp_path / "labkit")}
+
+
+@pytest.mark.slow  # three grading runs without a box, none of them running a notebook
+def test_students_with_nothing_fall_in_their_part_and_every_part_names_the_whole_class(tmp_path):
+    """--shard K/N: a missing row is its student's part's, as a graded one is, and each part's roster holds every
+    student of the class, the missing ones too, so that merge finds each in one part."""
+    homes, out = tmp_path / "home", tmp_path / "returned"
+    for name in ("ann", "ben", "cat", "dan", "eve", "fox"):
+        (homes / name).mkdir(parents=True)
+    collect.collect([f"{homes}/*"], out, labs=["02"], own=[])
+    run = dict(root=ROOT, paths=[out], labs=["02"], limits=grader.LIMITS, jobs=1, hidden=[], use_sandbox=False,
+               progress=False, seed=1)
+    whole = grader.grade(**run)
+    parts, rosters, students = [], [], []
+    for k in (0, 1):
+        rosters.append([])
+        part = grader.grade(**run, shard=(k, 2), roster=rosters[-1])
+        parts += part
+        students.append({r.student for r in part})
+    assert all(students) and not students[0] & students[1], students  # two parts, each of its own students
+    assert sorted((r.student, r.exercise, r.status) for r in parts) == sorted(
+        (r.student, r.exercise, r.status) for r in whole)
+    assert {r.status for r in whole} == {"missing"} and len({r.student for r in whole}) == 6
+    assert all(sorted(set(r)) == ["ann", "ben", "cat", "dan", "eve", "fox"] for r in rosters)
