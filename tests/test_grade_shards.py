@@ -403,7 +403,7 @@ def test_parts_csv_alone_name_the_students_as_their_json_does_or_are_refused_as_
         reference = _merged(parts).rows
         for p in parts:
             p.with_suffix(".json").unlink()
-        alike = len({report._cell(name) for name in names}) < len(names)
+        alike = len({report.cell(name) for name in names}) < len(names)
         if alike:
             with pytest.raises(shards.ShardError, match="cannot tell"):
                 _merged(parts)

@@ -92,8 +92,8 @@ def _text(value: object) -> object:
     return value.encode("utf-8", "replace").decode("utf-8") if isinstance(value, str) else value
 
 
-def _cell(value: object) -> object:
-    """One CSV field: bounded (FIELD_CHARS), printable, never a formula."""
+def cell(value: object) -> object:
+    """One CSV field as every gradebook of the kit writes it: bounded (FIELD_CHARS), printable, never a formula."""
     if not isinstance(value, str):
         return value
     text = "".join(c if c.isprintable() else " " for c in value)
@@ -161,12 +161,12 @@ def write(rows: list[Row], path: Path, as_json: bool, limits: dict, points: dict
             f.write("# labkit grade part " + json.dumps(part, ensure_ascii=False) + "\n")  # shards.MARK
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: _cell(v) for k, v in r.items()} for r in clean)
+        writer.writerows({k: cell(v) for k, v in r.items()} for r in clean)
     book = path.with_name(f"{path.stem}_students.csv")
     with book.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=columns, restval="")
         writer.writeheader()
-        writer.writerows({k: _cell(v) for k, v in s.items()} for s in students)
+        writer.writerows({k: cell(v) for k, v in s.items()} for s in students)
     return book
 
 

@@ -38,8 +38,7 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from labkit.course.grade import signature
-from labkit.course.grade.report import COLUMNS, STATUSES, Row, ordered
-from labkit.course.grade.report import _cell  # a CSV field as the gradebook writes it
+from labkit.course.grade.report import COLUMNS, STATUSES, Row, cell, ordered
 
 __all__ = ["MARK", "ShardError", "Merged", "parse", "part_of", "roster_of", "facts", "exercises_of", "oversplit",
            "read", "merge", "written", "check_out"]
@@ -196,16 +195,16 @@ def _seconds(value: object, where: str, text: bool = False) -> float:
     return took
 
 
-def _student(cell: str, by_cell: dict[str, list[str]], where: str, twin: Path) -> str:
-    """The roster's name that the CSV field `cell` is (see the module's note: the roster and the rows compared as
-    the CSV writes them), or `cell` unarmed where none is (merge then says it is not on the roster)."""
-    names = by_cell.get(cell, [])
+def _student(field: str, by_cell: dict[str, list[str]], where: str, twin: Path) -> str:
+    """The roster's name that the CSV field `field` is (see the module's note: the roster and the rows compared as
+    the CSV writes them), or `field` unarmed where none is (merge then says it is not on the roster)."""
+    names = by_cell.get(field, [])
     if len(names) > 1:
-        raise ShardError(f"{where}: student {cell!r} is how the CSV writes each of {_some(names)}, all on the roster "
+        raise ShardError(f"{where}: student {field!r} is how the CSV writes each of {_some(names)}, all on the roster "
                          "(a leading ' disarms a formula, and a name that starts with ' is written as it is), so the "
                          f"CSV alone cannot tell which: merge with the JSON beside the part ({twin}), which holds the "
                          "names whole")
-    return names[0] if names else _unarmed(cell)
+    return names[0] if names else _unarmed(field)
 
 
 def _rows_of_csv(lines: list[str], path: Path, roster: list[str], before: int) -> list[tuple[Row, str]]:
@@ -217,7 +216,7 @@ def _rows_of_csv(lines: list[str], path: Path, roster: list[str], before: int) -
         raise ShardError(f"{path}: its columns are {header}, not a gradebook's {list(COLUMNS)}")
     by_cell: dict[str, list[str]] = {}  # a name as the CSV writes it -> the roster's names written so
     for name in roster:
-        by_cell.setdefault(_cell(name), []).append(name)
+        by_cell.setdefault(cell(name), []).append(name)
     rows = []
     for fields in reader:
         where = f"{path}, line {reader.line_num + before}"
@@ -303,7 +302,7 @@ def _as_csv(rows: list[Row]) -> list[str]:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
-    writer.writerows([_cell(_as_written(v) if isinstance(v, str) else v) for v in astuple(row)] for row in rows)
+    writer.writerows([cell(_as_written(v) if isinstance(v, str) else v) for v in astuple(row)] for row in rows)
     return out.getvalue().split("\n")
 
 
