@@ -16,8 +16,10 @@ from torch.utils._pytree import tree_map
 import labkit as lk
 from labkit.bench import BENCHMARKS
 from labkit.bench import parallel_terms as terms_module
-from labkit.bench.parallel import BAR, CONFIGURATIONS, RANKS, parallel, parallel_config, qkv_order, table
-from labkit.bench.parallel_terms import paper_bytes, parallel_terms, predicted_by_module, predicted_bytes
+from labkit.bench.parallel import (
+    BAR, CONFIGURATIONS, RANKS, SEQUENCE_PARALLEL, fused_with_dropout, parallel, parallel_config, qkv_order, table,
+)
+from labkit.bench.parallel_terms import LOGSUMEXP, paper_bytes, parallel_terms, predicted_by_module, predicted_bytes
 from labkit.instruments.ledger import saved_tensors
 from labkit.models import GPTConfig
 
@@ -52,7 +54,33 @@ def test_every_rank_saves_what_the_kit_predicts_to_the_byte(tiny):
     # what each configuration is for: tensor parallelism splits all but 10sbh, sequence parallelism more,
     # selective recomputation drops the scores
     assert measured["selective"] < measured["sequence"] < measured["tensor"] < measured["plain"] / 1.5
+    assert measured["fused"] < measured["sequence"]
     assert "sbh(10 + 24/t + 5as/(ht))" in table(tiny)
+
+
+@needs_gloo
+@pytest.mark.slow
+def test_under_fused_attention_the_scores_term_becomes_the_logsumexp_per_rank(tiny):
+    """Korthikanti's 5as²b/t bytes per rank (the kit's A·as²b twice and a bool mask) are gone under
+    F.scaled_dot_product_attention; in their place one float32 per head and position, measured on every rank."""
+    cfg = parallel_config(lk.sizes("tiny"))
+    s, b, a, t, A = cfg.seq, cfg.batch, cfg.heads, RANKS, 4
+    core = [f["attn.core"] for f in tiny["configurations"]["fused"]["measured_by_module"]]
+    sequence = [f["attn.core"] for f in tiny["configurations"]["sequence"]["measured_by_module"]]
+    scores = 2 * A * a * s * s * b // t  # softmax's output and the dropout's (its bool mask: attn.core.drop)
+    proj = A * s * b * cfg.hidden // t  # the output projection's input: the kernel's output, one storage
+    assert core == [c - scores + 4 * a * s * b // t + proj for c in sequence]
+    (lse,) = [term for term in tiny["terms"] if term["name"] == LOGSUMEXP]
+    assert lse["bytes"]["fused"] == 4 * a * s * b // t and lse["bytes"]["sequence"] == 0
+    for f in tiny["configurations"]["fused"]["measured_by_module"]:
+        assert "attn.proj" not in f and "attn.core.drop" not in f
+
+
+def test_with_dropout_inside_a_cpus_fused_attention_keeps_more_than_the_core_as_written():
+    """A CPU's flash kernel takes no dropout: with the block's dropout, the call falls back to the math kernel,
+    which keeps the scores and more (the reason the fused configuration has none in its core)."""
+    found = fused_with_dropout(parallel_config(lk.sizes("tiny")), "cpu")
+    assert found["dropout"] > 0 and found["core_bytes"]["fused"] > found["core_bytes"]["written"] > 0
 
 
 @needs_gloo
@@ -135,11 +163,13 @@ def test_the_papers_terms_sum_to_its_formulas(s, b, h, a, t):
     for c, closed in paper_bytes(cfg, t).items():
         assert sum(term.paper_bytes[c] for term in terms) == pytest.approx(closed, rel=1e-12), c
     # in 2-byte activations, the kit's terms are the paper's, plus LayerNorm statistics, plus torch's gathered
-    # qkv and fc1 inputs under sequence parallelism (Departures 2 and 3 of labkit.bench.parallel_terms)
-    stats = {c: 8 * s * b // (t if c in ("sequence", "selective") else 1) for c in CONFIGURATIONS}
-    gathered = {c: 2 * 2 * s * b * h * (t - 1) // t if c in ("sequence", "selective") else 0 for c in CONFIGURATIONS}
+    # qkv and fc1 inputs under sequence parallelism, plus fused attention's float32 logsumexp (Departures 2, 3 and
+    # 8 of labkit.bench.parallel_terms)
+    stats = {c: 8 * s * b // (t if c in SEQUENCE_PARALLEL else 1) for c in CONFIGURATIONS}
+    gathered = {c: 2 * 2 * s * b * h * (t - 1) // t if c in SEQUENCE_PARALLEL else 0 for c in CONFIGURATIONS}
+    lse = {c: 4 * a * s * b // t if c == "fused" else 0 for c in CONFIGURATIONS}
     for c in CONFIGURATIONS:
-        assert sum(term.bytes[c] for term in terms) == paper_bytes(cfg, t)[c] + stats[c] + gathered[c], c
+        assert sum(term.bytes[c] for term in terms) == paper_bytes(cfg, t)[c] + stats[c] + gathered[c] + lse[c], c
 
 
 def test_without_dropout_no_masks_and_one_storage_for_the_scores():

@@ -8,10 +8,21 @@ lengths. The fix measured beside it: the loss computed over chunks of positions,
 checkpoint (non-reentrant), so only one chunk's logits exist at a time and backward recomputes them. The
 gradients are compared with the plain loss's: summed in chunks, they are equal up to float rounding, not bit
 for bit (the bench reports the largest relative difference).
+
+``race`` sets three ways of the same loss side by side at one shape: the plain loss, whose peak falls in backward
+(the logits freed, log-softmax's saved output, its gradient and the gradient of the logits alive at once: about
+3·b·s·vocab·4 bytes); the kit's chunked loss; and PyTorch's own, ``torch.nn.functional.linear_cross_entropy``
+with a ``torch.nn.LinearCrossEntropyOptions`` (torch 2.13; ``options=None`` is its reference path): a custom op
+that walks the positions in chunks, computing each chunk's logits, its loss and both gradients in the forward,
+so no logits outlive a chunk and backward only scales the gradients it stashed
+(torch/nn/modules/linear_cross_entropy.py). Each is measured for its peak above its inputs (the meter: forward's
+and backward's), its seconds for a forward and backward, and its gradients against the plain loss's. A torch
+without ``linear_cross_entropy`` (the hubs' 2.11) gets a row saying so instead of figures.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -23,12 +34,12 @@ from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.instruments.ledger import saved_tensors
 from labkit.instruments.meter import MemoryMeter
+from labkit.instruments.timing import benchmark
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.models.hugging_face import VOCABS
 
-__all__ = ["VOCABS", "head_loss", "chunked_head_loss", "saved_bytes", "logits"]
-
-
+__all__ = ["VOCABS", "head_loss", "chunked_head_loss", "torch_loss_missing", "torch_chunked_loss", "auto_chunk_rows",
+           "saved_bytes", "chunked_figures", "race", "logits"]
 
 def head_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of the logits h @ weight.T (h: (b, s, hidden), weight: (vocab, hidden))."""
@@ -49,6 +60,28 @@ def chunked_head_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tens
     total = sum(checkpoint(_chunk_sum, part, weight, t, use_reentrant=False)
                 for part, t in zip(flat.chunk(chunks), want.chunk(chunks)))
     return total / want.numel()
+
+
+def torch_loss_missing() -> str | None:
+    """Why this torch cannot run PyTorch's chunked loss (it has no F.linear_cross_entropy or no
+    torch.nn.LinearCrossEntropyOptions), or None where it can."""
+    if hasattr(F, "linear_cross_entropy") and hasattr(torch.nn, "LinearCrossEntropyOptions"):
+        return None
+    return (f"torch {torch.__version__} has no torch.nn.functional.linear_cross_entropy with "
+            "torch.nn.LinearCrossEntropyOptions (torch 2.13 has both)")
+
+
+def torch_chunked_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, options: Any) -> torch.Tensor:
+    """head_loss by PyTorch's own F.linear_cross_entropy on the flattened positions, with `options` (a
+    torch.nn.LinearCrossEntropyOptions: its chunked path; None: its reference path, the logits materialised)."""
+    return F.linear_cross_entropy(h.flatten(0, 1), weight, targets.flatten(), options=options)
+
+
+def auto_chunk_rows(positions: int, hidden: int, vocab: int, dtype: torch.dtype, device: str | torch.device) -> int:
+    """The rows per chunk LinearCrossEntropyOptions() picks for these shapes ("auto", resolved by the options' own
+    _adjust, as F.linear_cross_entropy resolves it)."""
+    options = torch.nn.LinearCrossEntropyOptions()._adjust(positions, hidden, vocab, dtype, torch.device(device))
+    return options.batch_chunk_size
 
 
 def saved_bytes(cfg: GPTConfig, vocab: int, seq: int) -> dict[str, int]:
@@ -89,9 +122,71 @@ def chunked_figures(cfg: GPTConfig, vocab: int, chunks: int) -> dict[str, Any]:
             "grads_bitwise": all(map(torch.equal, chunked, plain))}
 
 
+def _inputs(cfg: GPTConfig, vocab: int, device: str | torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The head's input h (b, s, hidden), its weight (vocab, hidden) and the targets, from cfg's seed."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    h = torch.randn(cfg.batch, cfg.seq, cfg.hidden, generator=gen, dtype=cfg.dtype).to(device).requires_grad_()
+    weight = (torch.randn(vocab, cfg.hidden, generator=gen, dtype=cfg.dtype) * 0.02).to(device).requires_grad_()
+    return h, weight, torch.randint(vocab, (cfg.batch, cfg.seq), generator=gen).to(device)
+
+
+def _run(loss_fn: Callable[..., torch.Tensor], h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+         repeats: int) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    """One forward and backward of loss_fn under the meter (its peaks above the inputs, forward's and
+    backward's), then the median seconds of `repeats` more; and the gradients of the metered one."""
+    h.grad = weight.grad = None
+    with MemoryMeter(h, weight, targets) as meter:
+        loss_fn(h, weight, targets).backward()
+    grads = [h.grad.clone(), weight.grad.clone()]
+
+    def step() -> None:
+        h.grad = weight.grad = None
+        loss_fn(h, weight, targets).backward()
+    above = lambda phase: meter.phase_peaks.get(phase, meter.baseline) - meter.baseline  # noqa: E731
+    return {"peak": meter.peak - meter.baseline, "peak_phase": meter.peak_phase, "forward_peak": above("forward"),
+            "backward_peak": above("backward"),
+            "seconds": benchmark(step, warmup=0, repeats=repeats, device=h.device).median}, grads
+
+
+def race(cfg: GPTConfig, vocab: int, chunks: int = 8, repeats: int = 3, device: str | torch.device = "cpu",
+         auto: int = 0) -> dict[str, Any]:
+    """The plain loss, the kit's chunked loss (`chunks` chunks) and PyTorch's F.linear_cross_entropy (its chunked
+    path in chunks of as many rows as the kit's) at cfg's (batch, seq, hidden) and `vocab` on `device`: each
+    one's peak above its inputs (forward's and backward's), its median seconds for a forward and backward over
+    `repeats`, and its gradients' largest relative difference from the plain loss's (and whether bit for bit).
+    auto > 0 adds LinearCrossEntropyOptions() as it is ("auto" chunks, "torch_auto"), timed `auto` times."""
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"race: chunks={chunks!r} must be an int >= 1")
+    h, weight, targets = _inputs(cfg, vocab, device)
+    positions = cfg.batch * cfg.seq
+    rows = -(-positions // chunks)
+    ways: dict[str, Any] = {"plain": (head_loss, repeats),
+                            "chunked": (functools.partial(chunked_head_loss, chunks=chunks), repeats)}
+    missing = torch_loss_missing()
+    if missing is None:
+        make = torch.nn.LinearCrossEntropyOptions
+        ways["torch"] = (functools.partial(torch_chunked_loss, options=make(batch_chunk_size=rows)), repeats)
+        if auto:
+            ways["torch_auto"] = (functools.partial(torch_chunked_loss, options=make()), auto)
+    out: dict[str, Any] = {"positions": positions, "hidden": cfg.hidden, "vocab": vocab, "chunks": chunks,
+                           "chunk_rows": rows, "logits_bytes": positions * vocab * 4, "torch_missing": missing,
+                           "auto_chunk_rows": None if missing else auto_chunk_rows(positions, cfg.hidden, vocab,
+                                                                                   cfg.dtype, device)}
+    plain = None
+    for name, (fn, times) in ways.items():
+        row, grads = _run(fn, h, weight, targets, times)
+        plain = grads if plain is None else plain
+        row["grads_max_rel_diff"] = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(grads, plain))
+        row["grads_bitwise"] = all(map(torch.equal, grads, plain))
+        out[name] = row
+    return out
+
+
 def logits(size: Sizes | None = None, seqs: Sequence[int] | None = None, chunks: int = 8) -> dict[str, Any]:
     """`bench logits`: per vocabulary, the blocks' and the head's saved bytes at each sequence length and the
-    first length where the blocks' outweigh the head's; chunked cross-entropy's peak cut and gradients."""
+    first length where the blocks' outweigh the head's; chunked cross-entropy's peak cut and gradients; and the
+    race of the plain loss, the kit's chunked one and PyTorch's (its "auto" chunks too) at the lab's sequence and
+    the longest."""
     from labkit.bench.lab07 import capstone_config
 
     cfg, _ = capstone_config(size or sizes(), batch=1, dropout=0.0)
@@ -103,5 +198,6 @@ def logits(size: Sizes | None = None, seqs: Sequence[int] | None = None, chunks:
         rows = [saved_bytes(cfg, vocab, s) for s in seqs]
         over = next((r["seq"] for r in rows if r["blocks"] > r["head_and_loss"]), None)  # None: not up to seqs[-1]
         out[name] = {"vocab": vocab, "rows": rows, "blocks_outweigh_head_from_seq": over,
-                     "chunked": chunked_figures(replace(cfg, seq=seqs[-1]), vocab, chunks)}
+                     "chunked": chunked_figures(replace(cfg, seq=seqs[-1]), vocab, chunks),
+                     "race": [race(replace(cfg, seq=s), vocab, chunks, auto=3) for s in (cfg.seq, seqs[-1])]}
     return out

@@ -15,6 +15,8 @@ one-dimensional device mesh over them, and on each rank builds the block in ever
              docs lay out a Llama block
   selective  sequence, with attention's core (QKᵀ, softmax, dropout, ·V) under checkpoint(use_reentrant=False),
              Korthikanti's selective recomputation
+  fused      sequence, with attention's core one F.scaled_dot_product_attention call (causal, no dropout inside
+             it): fused attention, as production stacks run it (See Note 5)
 
 Notes (the code says "See Note N" where one applies):
 
@@ -32,7 +34,12 @@ Notes (the code says "See Note N" where one applies):
    generator, which changes values, never bytes.
 4. Numerics: eval mode (no dropout: the ranks draw other masks than one process), the same input and output
    gradient in every configuration; output, input gradient and every parameter's gradient (gathered) allclose
-   to the unsharded block's at RTOL and ATOL (a sum split over ranks adds in another order).
+   to the unsharded block's at RTOL and ATOL (a sum split over ranks adds in another order; the fused kernel
+   sums in another order too).
+5. Fused attention keeps no (b, a/t, s, s) tensor: what Korthikanti's 5as/h term becomes is the kernel's
+   logsumexp, one float32 per head and position (labkit.bench.parallel_terms, Departure 8). The core takes no
+   dropout in it on any device (a CPU's flash kernel takes none); ``fused_with_dropout`` measures, on one
+   process, what this device's kernel keeps with the block's dropout inside it.
 """
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ import warnings
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -52,14 +60,15 @@ from labkit.env.profile import sizes
 from labkit.env.ranks import device_of, launch, on_gpus
 from labkit.env.sizes import Sizes
 from labkit.instruments.ledger import saved_tensors
-from labkit.models import GPTBlock, GPTConfig, gpt_input
+from labkit.models import CoreAttention, GPTBlock, GPTConfig, gpt_input
 
 __all__ = ["RANKS", "BAR", "RTOL", "ATOL", "CONFIGURATIONS", "parallel", "parallel_config", "qkv_order", "build",
-           "tolerance", "table"]
+           "fused_core", "fused_with_dropout", "tolerance", "table"]
 
 RANKS = 2  # t: the tensor- (and sequence-) parallel ranks
 BAR = 0.05  # bars/parallel-activations: |measured - predicted| / predicted on every rank and configuration
 RTOL, ATOL = 1e-4, 1e-5  # sharded vs unsharded numerics in float32 (See Note 4); tolerance() for other dtypes
+SEQUENCE_PARALLEL = ("sequence", "selective", "fused")  # the configurations whose block is sharded on the sequence
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -97,13 +106,25 @@ def _plan(config: str) -> dict[str, Any]:
     )
     plan: dict[str, Any] = {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(),
                             "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()}
-    if config in ("sequence", "selective"):
+    if config in SEQUENCE_PARALLEL:
         gather = PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate())
         plan.update({"ln1": SequenceParallel(), "ln2": SequenceParallel(), "attn.drop": SequenceParallel(),
                      "mlp.drop": SequenceParallel(), "attn": gather, "mlp": gather,
                      "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
                      "mlp.fc2": RowwiseParallel(output_layouts=Shard(1))})
     return plan
+
+
+def fused_core(core: CoreAttention, dropout: float = 0.0) -> Any:
+    """core's forward as one F.scaled_dot_product_attention call over its heads, causal, with `dropout` in it
+    (See Note 5): (b, s, 3h) fused q|k|v -> (b, s, h), the same shapes and heads as core.forward."""
+    def forward(qkv: torch.Tensor) -> torch.Tensor:
+        b, s, h3 = qkv.shape
+        h, a = h3 // 3, core.heads
+        q, k, v = (t.view(b, s, a, h // a).transpose(1, 2) for t in qkv.split(h, dim=-1))  # (b, a, s, hd) views
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout if core.training else 0.0)
+        return y.transpose(1, 2).reshape(b, s, h)
+    return forward
 
 
 def build(config: str, cfg: GPTConfig, mesh: Any = None, *, permute_qkv: bool = True) -> GPTBlock:
@@ -124,7 +145,7 @@ def build(config: str, cfg: GPTConfig, mesh: Any = None, *, permute_qkv: bool = 
             for p in block.attn.qkv.parameters():
                 p.copy_(p[order])
     block.attn.core.heads = cfg.heads // t
-    if config in ("sequence", "selective"):  # the block takes and returns its rank's part of the sequence
+    if config in SEQUENCE_PARALLEL:  # the block takes and returns its rank's part of the sequence
         parallelize_module(block, mesh, PrepareModuleInputOutput(
             input_layouts=Shard(1), desired_input_layouts=Shard(1), output_layouts=Shard(1),
             desired_output_layouts=Shard(1), use_local_output=True))
@@ -132,12 +153,28 @@ def build(config: str, cfg: GPTConfig, mesh: Any = None, *, permute_qkv: bool = 
     if config == "selective":
         core = block.attn.core
         core.forward = functools.partial(checkpoint, core.forward, use_reentrant=False)
+    if config == "fused":  # See Note 5
+        block.attn.core.forward = fused_core(block.attn.core)
     return block
+
+
+def fused_with_dropout(cfg: GPTConfig, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """On one process, the bytes one block's core saves (the ledger, train mode) as written and as one fused
+    attention call with the block's dropout inside it: on a CPU the flash kernel takes no dropout, and the
+    kernel that does keeps the scores (See Note 5)."""
+    found = {}
+    for name in ("written", "fused"):
+        block = GPTBlock(cfg).to(device).train()
+        if name == "fused":
+            block.attn.core.forward = fused_core(block.attn.core, cfg.dropout)
+        led = saved_tensors(block, gpt_input(cfg, requires_grad=True, device=device), model=block)
+        found[name] = led.by_module().get("attn.core", 0)
+    return {"dropout": cfg.dropout, "device": str(device), "core_bytes": found}
 
 
 def _part(x: torch.Tensor, config: str, rank: int, ranks: int) -> torch.Tensor:
     """This rank's input (or output gradient): the whole (b, s, h) tensor, or its sequence shard."""
-    if config not in ("sequence", "selective"):
+    if config not in SEQUENCE_PARALLEL:
         return x.clone()
     n = x.shape[1] // ranks
     return x[:, rank * n:(rank + 1) * n].clone()
@@ -223,6 +260,7 @@ def parallel(size: Sizes | None = None, *, cfg: GPTConfig | None = None, timeout
                              "paper_formula": PAPER_FORMULAS[c], "paper_bytes": paper[c],
                              "measured_by_module": [r[c]["by_module"] for r in ranks],
                              "predicted_by_module": by_module[c]}
+    dropped = fused_with_dropout(cfg, device_of(0, RANKS))
     numerics = {c: {"allclose": all(r[c]["allclose"] for r in ranks),
                     "max_abs_diff": max(r[c]["max_abs_diff"] for r in ranks)} for c in CONFIGURATIONS}
     return {"torch": torch.__version__, "ranks": RANKS,
@@ -233,7 +271,7 @@ def parallel(size: Sizes | None = None, *, cfg: GPTConfig | None = None, timeout
             "terms": [dataclasses.asdict(term) for term in parallel_terms(cfg, RANKS)],
             "worst_rel_error": worst, "bar": BAR, "bar_holds": worst <= BAR,
             "numerics": numerics, "tolerance": dict(zip(("rtol", "atol"), tolerance(cfg.dtype))),
-            "numerics_match": all(n["allclose"] for n in numerics.values())}
+            "numerics_match": all(n["allclose"] for n in numerics.values()), "fused_with_dropout": dropped}
 
 
 def table(figures: dict[str, Any]) -> str:

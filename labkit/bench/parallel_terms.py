@@ -31,6 +31,13 @@ Where the kit's block departs from that accounting (See Departure N in the term 
    checkpoint keeps its input, qkv's output (3·A·sbh/t: the bytes of Q, K and V), and none of the as²b terms.
 7. Left out as the paper leaves them out: the causal mask (a buffer the ``where`` saves, the same on every rank
    and every step), parameters, and the block's output.
+8. Fused attention (``fused``: sequence, with attention's core one ``F.scaled_dot_product_attention`` call,
+   causal, no dropout inside it): the kernel saves q, k and v (views of qkv's output: the bytes of Q, K and V),
+   its output (which the output projection multiplies: one storage, the ledger counts it once, at attn.core) and
+   the logsumexp of every row of scores, (b, a/t, s) in float32 whatever the block's dtype: 4·asb/t bytes where
+   the paper's 5as²b/t were. Its backward recomputes the scores from q, k and the logsumexp. Dropout is off in
+   the core on every device: a CPU's flash kernel takes none (with dropout it falls back to the math kernel,
+   which keeps the scores; ``fused_with_dropout`` in the bench measures that on one process).
 """
 from __future__ import annotations
 
@@ -40,14 +47,15 @@ import torch
 
 from labkit.models import GPTConfig
 
-__all__ = ["CONFIGURATIONS", "PAPER_FORMULAS", "ParallelTerm", "parallel_terms", "predicted_bytes", "paper_bytes",
-           "predicted_by_module"]
+__all__ = ["CONFIGURATIONS", "PAPER_FORMULAS", "LOGSUMEXP", "ParallelTerm", "parallel_terms", "predicted_bytes",
+           "paper_bytes", "predicted_by_module"]
 
 # plain: one rank's whole block (t = 1); tensor: Megatron's column/row split of the Linears; sequence: tensor
-# plus sequence parallelism; selective: sequence with attention's core checkpointed
-CONFIGURATIONS = ("plain", "tensor", "sequence", "selective")
+# plus sequence parallelism; selective: sequence with attention's core checkpointed; fused: sequence with the
+# core one fused attention call (Departure 8; the paper has no such configuration: its selective formula)
+CONFIGURATIONS = ("plain", "tensor", "sequence", "selective", "fused")
 PAPER_FORMULAS = {"plain": "sbh(34 + 5as/h)", "tensor": "sbh(10 + 24/t + 5as/(ht))",
-                  "sequence": "sbh(34 + 5as/h)/t", "selective": "sbh(34)/t"}
+                  "sequence": "sbh(34 + 5as/h)/t", "selective": "sbh(34)/t", "fused": "sbh(34)/t"}
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,10 @@ _TERMS = (
 _CORE_SCORES = ("softmax output", "softmax dropout mask", "attention over V: dropout output")  # the 5as²b/t
 _OFF_WITHOUT_DROPOUT = ("softmax dropout mask", "attention dropout mask", "MLP dropout mask",
                         "attention over V: dropout output")  # Departure 4
-_SPLIT_IN = {"tp": ("tensor", "sequence", "selective"), "sp": ("sequence", "selective"), "none": ()}
+_SPLIT_IN = {"tp": ("tensor", "sequence", "selective", "fused"), "sp": ("sequence", "selective", "fused"),
+             "none": ()}
+_FUSED_MODULE = {"output-projection input": "attn.core"}  # Departure 8: one storage with the kernel's output
+LOGSUMEXP = "attention logsumexp"
 _SPLIT_TEXT = {"tp": "tensor, sequence", "sp": "sequence", "none": "none"}
 
 
@@ -118,7 +129,7 @@ def parallel_terms(cfg: GPTConfig, ranks: int = 2) -> list[ParallelTerm]:
         paper, kit = per_rank(k * unit[u], paper_split), per_rank(elements * (A if kind == "act" else 1) * unit[u],
                                                                   kit_split)
         if name in _CORE_SCORES:
-            paper["selective"] = kit["selective"] = 0  # Departure 6
+            paper["selective"] = kit["selective"] = paper["fused"] = kit["fused"] = 0  # Departures 6 and 8
         if cfg.dropout == 0 and name in _OFF_WITHOUT_DROPOUT:
             kit = dict.fromkeys(CONFIGURATIONS, 0)
         kit_text = f"{elements if elements > 1 else ''}A·{u}" if kind == "act" else f"{u} (bool)"
@@ -127,6 +138,9 @@ def parallel_terms(cfg: GPTConfig, ranks: int = 2) -> list[ParallelTerm]:
     for i, ln in ((1, "ln1"), (11, "ln2")):  # Departure 2: after each LayerNorm's input
         terms.insert(i, ParallelTerm(f"LayerNorm {ln[-1]} mean and rstd", ln, "-", "2A·sb", "none", "sequence",
                                      dict.fromkeys(CONFIGURATIONS, 0), per_rank(2 * A * unit["sb"], "sp")))
+    lse = {c: 4 * a * s * b // t if c == "fused" else 0 for c in CONFIGURATIONS}  # Departure 8: float32, a/t heads
+    terms.insert(7, ParallelTerm(LOGSUMEXP, "attn.core", "-", "4·asb (float32)", "none", "tensor, sequence",
+                                 dict.fromkeys(CONFIGURATIONS, 0), lse))
     return terms
 
 
@@ -141,8 +155,9 @@ def predicted_by_module(cfg: GPTConfig, ranks: int = 2) -> dict[str, dict[str, i
     found: dict[str, dict[str, int]] = {c: {} for c in CONFIGURATIONS}
     for term in parallel_terms(cfg, ranks):
         for c in CONFIGURATIONS:
+            module = _FUSED_MODULE.get(term.name, term.module) if c == "fused" else term.module
             if term.bytes[c]:
-                found[c][term.module] = found[c].get(term.module, 0) + term.bytes[c]
+                found[c][module] = found[c].get(module, 0) + term.bytes[c]
     return found
 
 
@@ -152,4 +167,4 @@ def paper_bytes(cfg: GPTConfig, ranks: int = 2) -> dict[str, float]:
     s, b, h, a, t = cfg.seq, cfg.batch, cfg.hidden, cfg.heads, ranks
     sbh = s * b * h
     return {"plain": sbh * (34 + 5 * a * s / h), "tensor": sbh * (10 + 24 / t + 5 * a * s / (h * t)),
-            "sequence": sbh * (34 + 5 * a * s / h) / t, "selective": sbh * 34 / t}
+            "sequence": sbh * (34 + 5 * a * s / h) / t, "selective": sbh * 34 / t, "fused": sbh * 34 / t}
