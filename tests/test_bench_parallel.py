@@ -81,6 +81,7 @@ def test_with_dropout_inside_a_cpus_fused_attention_keeps_more_than_the_core_as_
     which keeps the scores and more (the reason the fused configuration has none in its core)."""
     found = fused_with_dropout(parallel_config(lk.sizes("tiny")), "cpu")
     assert found["dropout"] > 0 and found["core_bytes"]["fused"] > found["core_bytes"]["written"] > 0
+    assert found["kernel"] == {0.0: "FLASH_ATTENTION", found["dropout"]: "MATH"}
 
 
 @needs_gloo

@@ -39,7 +39,8 @@ Notes (the code says "See Note N" where one applies):
 5. Fused attention keeps no (b, a/t, s, s) tensor: what Korthikanti's 5as/h term becomes is the kernel's
    logsumexp, one float32 per head and position (labkit.bench.parallel_terms, Departure 8). The core takes no
    dropout in it on any device (a CPU's flash kernel takes none); ``fused_with_dropout`` measures, on one
-   process, what this device's kernel keeps with the block's dropout inside it.
+   process, what this device's kernel keeps with the block's dropout inside it, and which kernel torch picks
+   (torch._fused_sdp_choice) with and without it.
 """
 from __future__ import annotations
 
@@ -169,7 +170,20 @@ def fused_with_dropout(cfg: GPTConfig, device: str | torch.device = "cpu") -> di
             block.attn.core.forward = fused_core(block.attn.core, cfg.dropout)
         led = saved_tensors(block, gpt_input(cfg, requires_grad=True, device=device), model=block)
         found[name] = led.by_module().get("attn.core", 0)
-    return {"dropout": cfg.dropout, "device": str(device), "core_bytes": found}
+    return {"dropout": cfg.dropout, "device": str(device), "core_bytes": found,
+            "kernel": {p: _kernel(cfg, device, p) for p in (0.0, cfg.dropout)}}
+
+
+def _kernel(cfg: GPTConfig, device: str | torch.device, dropout: float) -> str:
+    """The kernel F.scaled_dot_product_attention picks for one rank's q, k, v of cfg with `dropout` (torch's own
+    choice, torch._fused_sdp_choice), or why it cannot be told."""
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return f"unknown (torch {torch.__version__} has no torch._fused_sdp_choice)"
+    from torch.nn.attention import SDPBackend
+
+    q = torch.empty(cfg.batch, cfg.heads // RANKS, cfg.seq, cfg.head_dim, dtype=cfg.dtype, device=device)
+    return SDPBackend(choose(q, q, q, dropout_p=dropout, is_causal=True)).name
 
 
 def _part(x: torch.Tensor, config: str, rank: int, ranks: int) -> torch.Tensor:

@@ -34,10 +34,13 @@ Where the kit's block departs from that accounting (See Departure N in the term 
 8. Fused attention (``fused``: sequence, with attention's core one ``F.scaled_dot_product_attention`` call,
    causal, no dropout inside it): the kernel saves q, k and v (views of qkv's output: the bytes of Q, K and V),
    its output (which the output projection multiplies: one storage, the ledger counts it once, at attn.core) and
-   the logsumexp of every row of scores, (b, a/t, s) in float32 whatever the block's dtype: 4·asb/t bytes where
-   the paper's 5as²b/t were. Its backward recomputes the scores from q, k and the logsumexp. Dropout is off in
+   the logsumexp of every row of scores, (b, a/t, s) in the kernel's computation dtype (float32 for a 16- or
+   32-bit block: ``meta__scaled_dot_product_flash_attention_for_cpu`` in torch/_meta_registrations.py): 4·asb/t
+   bytes where the paper's 5as²b/t were. Its backward takes q, k, v, the output and the logsumexp, no scores
+   (``..._for_cpu_backward``), and recomputes them. Dropout is off in
    the core on every device: a CPU's flash kernel takes none (with dropout it falls back to the math kernel,
-   which keeps the scores; ``fused_with_dropout`` in the bench measures that on one process).
+   which keeps the scores; ``fused_with_dropout`` in the bench measures that on one process, and names the kernel
+   torch picks with and without dropout).
 """
 from __future__ import annotations
 
@@ -138,7 +141,7 @@ def parallel_terms(cfg: GPTConfig, ranks: int = 2) -> list[ParallelTerm]:
     for i, ln in ((1, "ln1"), (11, "ln2")):  # Departure 2: after each LayerNorm's input
         terms.insert(i, ParallelTerm(f"LayerNorm {ln[-1]} mean and rstd", ln, "-", "2A·sb", "none", "sequence",
                                      dict.fromkeys(CONFIGURATIONS, 0), per_rank(2 * A * unit["sb"], "sp")))
-    lse = {c: 4 * a * s * b // t if c == "fused" else 0 for c in CONFIGURATIONS}  # Departure 8: float32, a/t heads
+    lse = {c: max(A, 4) * a * s * b // t if c == "fused" else 0 for c in CONFIGURATIONS}  # Departure 8; a/t heads
     terms.insert(7, ParallelTerm(LOGSUMEXP, "attn.core", "-", "4·asb (float32)", "none", "tensor, sequence",
                                  dict.fromkeys(CONFIGURATIONS, 0), lse))
     return terms
