@@ -141,3 +141,53 @@ def test_compiled_runner_compiles_under_a_meter_rather_than_running_eagerly(stac
     # native_dropout would show instead)
     forward = {e.op for e in meter.timeline if e.phase == "forward"}
     assert {"rand", "gt", "bmm"} <= forward and "native_dropout" not in forward, forward
+
+
+def test_a_verdict_is_given_only_where_every_pair_agrees():
+    from labkit.instruments.timing import Comparison
+
+    assert B.verdict(Comparison([1.0, 1.0, 1.0], [1.2, 1.1, 1.3])) == "slower"
+    assert B.verdict(Comparison([1.0, 1.0], [0.9, 0.8])) == "faster"
+    # the median says 1.17 faster-or-slower, the pairs disagree: no order this run supports (issue 50's x1.17, x0.99)
+    assert B.verdict(Comparison([1.0, 1.0, 1.0], [1.17, 0.99, 1.2])) == "not told apart"
+
+
+def test_masks_are_read_from_eager_and_decomposed_dropout_and_matched_by_shape():
+    block = torch.nn.Dropout(0.25)
+    x = torch.randn(64, 64)
+    eager = B.step_draws(block, x, lambda blk, y: torch.native_dropout(y, 0.25, True)[0])
+    (mask,) = B.dropout_masks(eager, "forward", 0.25)
+    assert mask.dtype == torch.bool and B.dropout_masks(eager, "backward", 0.25) == []
+    decomposed = B.step_draws(block, x, lambda blk, y: y * (torch.rand(y.shape) > 0.25))  # as the decomposition
+    (drawn,) = B.dropout_masks(decomposed, "forward", 0.25)
+    torch.manual_seed(0)
+    assert torch.equal(drawn, torch.rand(64, 64) > 0.25)
+    assert B.match_masks([mask, drawn], [mask]) == (True, 1.0)
+    same, least = B.match_masks([mask], [drawn])
+    assert not same and 0.5 < least < 0.75  # two independent masks of p = 0.25 agree on 62.5%
+    assert least == B.agreement(mask, drawn)
+    with pytest.raises(ValueError, match="no drawn mask of shape"):
+        B.match_masks([mask], [torch.ones(3, dtype=torch.bool)])
+
+
+def test_relative_difference_is_the_farthest_tensor_against_its_own_size():
+    a, b = [torch.tensor([1.0, 2.0]), torch.tensor([100.0])], [torch.tensor([1.0, 1.0]), torch.tensor([101.0])]
+    assert B.relative_difference(a, b) == pytest.approx(1.0)  # the first: off by 1 against its largest, 1
+    assert B.relative_difference([torch.zeros(2)], [torch.zeros(2)]) == 0.0
+
+
+def test_a_compiled_block_below_budget_1_draws_again_in_backward():
+    """Lab 04's block on tiny (pytorch/pytorch#190758): budget 1 draws no random op in backward, 0.1 draws each
+    dropout again; the loss is the same, the gradients are not."""
+    from labkit.instruments.compiled import Compiled
+
+    model, x = lk.bench.long_stack(lk.sizes("tiny"))
+    block = model.blocks[0]
+    at = {budget: Compiled(block.forward, budget) for budget in (1.0, 0.1)}
+    masks = {b: {phase: B.dropout_masks(B.step_draws(block, x, lambda blk, y, c=c: c(y)), phase, 0.1)
+                 for phase in ("forward", "backward")} for b, c in at.items()}
+    assert len(masks[1.0]["forward"]) == 3 and masks[1.0]["backward"] == []
+    assert len(masks[0.1]["backward"]) == 3
+    assert B.match_masks(masks[0.1]["forward"], masks[0.1]["backward"])[0] is False
+    (loss_1, one), (loss_low, low) = (B.block_step(block, x, lambda blk, y, c=c: c(y)) for c in at.values())
+    assert torch.equal(loss_1, loss_low) and B.relative_difference(low, one) > 0.01

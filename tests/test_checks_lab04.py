@@ -16,6 +16,13 @@ from labkit.checks.lab04 import hints as H
 from labkit.reference.recompute import checkpoint_hooks
 
 
+# Checker strength (docs/maintainers.md, "Checker strength"): tools/mutants.py labkit/reference/selective.py
+# tests/test_checks_lab04.py, --sample 10 --seed 1 and --sample 30 --seed 2. The survivors, read:
+# - candidates, `default=-1` -> `default=-2`: equivalent; `i < last` is False for every index i >= 0 either way.
+# - checkpoint_selective, `calls[0] += 1` -> `+= 2`: equivalent; calls[0] is only compared with 0.
+# - knapsack_keep, `if seconds > best[0]` -> `>=`, and fill, `if best[u - weight[i]] + r.seconds > best[u]` ->
+#   `>=`: equivalent; each takes another of two sets that keep the same seconds, and the spec asks for the most
+#   seconds, not for one set among equals (both fit, both hold random_ok).
 def _fails(check, *args) -> CheckFailure:
     with pytest.raises(CheckFailure) as info:
         check(*args)

@@ -159,10 +159,18 @@ def test_compile_tags_every_node_by_the_policy_and_saves_only_what_it_must():
     block = model.blocks[0]
     keep = selective_keep(trace(block, x, model=block, repeats=1))
     found = compile_tags(block, x, torch_policy(keep))
-    assert found["MUST_SAVE"]["tagged"] >= len(keep)  # a kept op may decompose into several tagged nodes
-    assert 0 < found["MUST_SAVE"]["saved"] <= found["MUST_SAVE"]["tagged"]
-    assert found["PREFER_RECOMPUTE"]["tagged"] > 0 and found["PREFER_RECOMPUTE"]["saved"] == 0
-    assert found["saved_inputs"] > 0  # the block's input and weights are saved without a tag
+    must, prefer = found["MUST_SAVE"], found["PREFER_RECOMPUTE"]
+    assert must["tagged"] >= len(keep)  # a kept multi-output op is a tuple node and its getitems, each tagged
+    assert 0 < must["saved"] <= must["tagged"]
+    # none of the MUST_SAVE nodes left unsaved is rebuilt: they are tuples (never saved) or read by no backward node
+    assert must["rebuilt"] == 0 and must["tuples"] > 0
+    assert must["saved"] + must["tuples"] + must["unread"] == must["tagged"]
+    assert prefer["tagged"] > 0 and prefer["saved"] == 0
+    # PREFER_RECOMPUTE is a must for the partitioner (must_recompute): core attention's matrix products, which the
+    # min-cut never recomputes on its own, are run again in backward
+    assert prefer["matmuls"] == prefer["matmuls_rebuilt"] == 2
+    # the block's input and weights (8 graph inputs), and the RNG state of the one dropout the policy recomputes
+    assert found["saved_inputs"] == 8 and found["saved_rng_states"] == 1 and found["saved_untagged_ops"] == 0
 
 
 def test_compile_tags_runs_under_a_meter_and_the_meter_sees_its_graphs():
@@ -229,3 +237,29 @@ def test_a_ledger_inside_a_meter_still_sees_a_compiled_graph():
     with lk.MemoryMeter():
         nested = saved_tensors(compiled, x).total_bytes
     assert nested == alone > 0
+
+
+def test_where_the_partitioner_offers_the_random_ops_the_solver_saves_them():
+    """The other way random ops come back (pytorch/pytorch#190758): without decompositions (backend aot_eager)
+    native_dropout stays one op, banned by name, so it is among the knapsack's candidates, and a solver that
+    recomputes it redraws: lab 04's knapsack with its eager rule recomputes the earlier dropouts. By default the
+    solver saves them, and trains the gradients of the same blocks compiled at budget 1."""
+    from labkit.bench.lab02 import stack_step
+    from labkit.instruments.compiled import Compiled, RandomDraws
+
+    model, x = lk.bench.long_stack(lk.sizes("tiny"))
+
+    def step(budget, solver):
+        compiled = {id(b): Compiled(b.forward, budget, backend="aot_eager", solver=solver) for b in model.blocks}
+        run = lambda block, y: compiled[id(block)](y)  # noqa: E731
+        stack_step(model, x, run)()  # compiles
+        with RandomDraws() as draws:
+            stack_step(model, x, run)()
+        return draws.count("backward"), [p.grad.clone() for p in model.parameters()]
+
+    _, want = step(1.0, "dp")
+    eager, saved = planner_solver(knapsack_keep, random="planner"), planner_solver(knapsack_keep)
+    (redrawn, wrong), (none, right) = step(0.1, eager), step(0.1, saved)
+    assert eager.random_offered and eager.random_offered == saved.random_offered  # native_dropout, offered
+    assert redrawn > 0 and not all(map(torch.equal, wrong, want))
+    assert none == 0 and all(map(torch.equal, right, want)) and saved.random_tagged == []

@@ -19,16 +19,18 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from labkit.bench.lab02 import stack_step
 from labkit.instruments.blocks import wrapped
-from labkit.instruments.compiled import metered_backend, outside_meters
+from labkit.instruments.compiled import RandomDraws, metered_backend, outside_meters
 from labkit.instruments.meter import measure_peak
 from labkit.models import GPTConfig, GPTStack, gpt_input
 from labkit.instruments.ops import OpRecord, trace
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
-from labkit.instruments.timing import benchmark, compare
+from labkit.instruments.timing import Comparison, benchmark, compare
 
 __all__ = ["Policy", "long_config", "long_stack", "policy_rows", "policies", "step", "recompute_seconds",
-           "kept_after_forward", "saved_after_forward", "compiled_runner", "head_to_head", "standard_policies"]
+           "kept_after_forward", "saved_after_forward", "compiled_runner", "head_to_head", "versus", "verdict",
+           "standard_policies", "step_draws", "block_step", "dropout_masks", "agreement", "match_masks",
+           "relative_difference"]
 
 CORE = "attn.core"  # the submodule Megatron's selective recomputation recomputes
 
@@ -191,6 +193,7 @@ def policy_rows(model: GPTStack, x: torch.Tensor, ops: Sequence[OpRecord], polic
             runner = _block_runner(policy, "ours", selective, torch_policy, plain)
             c = compare(step(model, x, none), step(model, x, runner), repeats=repeats, device=x.device)
             row["step_time_ratio"] = c.ratio
+            row["step_time_pairs"] = (min(c.ratios), max(c.ratios))  # the spread behind the median
             if plain_s is None:
                 plain_s = benchmark(step(model, x, none), repeats=repeats, device=x.device).median
             row["predicted_step_time_ratio"] = 1 + row["recompute_s"] / plain_s
@@ -198,11 +201,28 @@ def policy_rows(model: GPTStack, x: torch.Tensor, ops: Sequence[OpRecord], polic
     return rows
 
 
+def versus(model: GPTStack, x: torch.Tensor, a: Policy, b: Policy, selective: Callable[..., Any],
+           torch_policy: Callable[..., Any], plain: Callable[..., Any], repeats: int = 5) -> Comparison:
+    """Step times of policy a and policy b in alternating runs (both with the from-scratch checkpoint): the ratio
+    b / a of each pair, their median, and verdict() of them."""
+    run_a, run_b = (_block_runner(p, "ours", selective, torch_policy, plain) for p in (a, b))
+    return compare(step(model, x, run_a), step(model, x, run_b), repeats=repeats, device=x.device)
+
+
 def head_to_head(model: GPTStack, x: torch.Tensor, a: Policy, b: Policy, selective: Callable[..., Any],
                  torch_policy: Callable[..., Any], plain: Callable[..., Any], repeats: int = 5) -> float:
-    """Median step time of policy b over policy a, in alternating runs (both with the from-scratch checkpoint)."""
-    run_a, run_b = (_block_runner(p, "ours", selective, torch_policy, plain) for p in (a, b))
-    return compare(step(model, x, run_a), step(model, x, run_b), repeats=repeats, device=x.device).ratio
+    """Median step time of policy b over policy a, in alternating runs (versus's median)."""
+    return versus(model, x, a, b, selective, torch_policy, plain, repeats).ratio
+
+
+def verdict(c: Comparison) -> str:
+    """What a run of alternating pairs can say of B against A: "slower" or "faster" when every pair says so,
+    else "not told apart" (pairs on both sides of 1: no order this run supports)."""
+    if all(r > 1 for r in c.ratios):
+        return "slower"
+    if all(r < 1 for r in c.ratios):
+        return "faster"
+    return "not told apart"
 
 
 def standard_policies(ops: Sequence[OpRecord], greedy: Callable, knapsack: Callable, selective_keep: Callable,
@@ -245,3 +265,70 @@ def policies(size: Sizes | None = None) -> dict[str, Any]:
                                                 for r in rows), 4),
             "config": {"s": cfg.seq, "b": cfg.batch, "h": cfg.hidden, "a": cfg.heads, "n_layers": cfg.n_layers,
                        "dtype": str(cfg.dtype).replace("torch.", "")}}
+
+
+# ---------------------------------------------------------------- what compile draws (pytorch/pytorch#190758)
+def step_draws(block: nn.Module, x: torch.Tensor,
+               run: Callable[[nn.Module, torch.Tensor], torch.Tensor]) -> RandomDraws:
+    """The random ops one training step of one block draws (run(block, x) its output; the loss the mean square),
+    from seed 0 as every step here: forward's and backward's, their outputs kept."""
+    x = x.detach().requires_grad_()
+    with RandomDraws(keep=True) as draws:
+        torch.manual_seed(0)
+        run(block, x).square().mean().backward()
+    block.zero_grad(set_to_none=True)
+    return draws
+
+
+def block_step(block: nn.Module, x: torch.Tensor,
+               run: Callable[[nn.Module, torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Loss and gradients (the block's parameters', then the input's) of one training step of one block, run as
+    step_draws runs it."""
+    x = x.detach().requires_grad_()
+    block.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    loss = run(block, x).square().mean()
+    loss.backward()
+    grads = [q.grad.clone() for q in block.parameters()] + [x.grad.clone()]
+    block.zero_grad(set_to_none=True)
+    return loss.detach(), grads
+
+
+def dropout_masks(draws: RandomDraws, phase: str, p: float) -> list[torch.Tensor]:
+    """The dropout masks drawn in `phase` ("forward" or "backward"): native_dropout's own (its second output), or,
+    where a compiled graph decomposed it, aten.rand's draws above p (native_dropout's decomposition keeps where
+    rand_like(x) > p, torch/_decomp/decompositions.py; Inductor's table makes rand_like an aten.rand)."""
+    masks = []
+    for name, out in draws.draws[phase]:
+        if name.startswith("aten.native_dropout"):
+            masks.append(out[1])
+        elif name.startswith("aten.rand."):
+            masks.append(out > p)
+    return masks
+
+
+def agreement(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The share of elements on which two masks agree (two independent masks of drop rate p: p² + (1 - p)²)."""
+    if a.shape != b.shape:
+        raise ValueError(f"agreement: masks of shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    return (a == b).double().mean().item()
+
+
+def match_masks(drawn: Sequence[torch.Tensor], others: Sequence[torch.Tensor]) -> tuple[bool, float]:
+    """Each mask of `others` against the masks of `drawn` of its shape: (whether every one equals one of them, the
+    least over `others` of its best agreement); (True, 1.0) when `others` is empty."""
+    same, least = True, 1.0
+    for m in others:
+        mine = [d for d in drawn if d.shape == m.shape]
+        if not mine:
+            raise ValueError(f"match_masks: no drawn mask of shape {tuple(m.shape)} to compare with")
+        same = same and any(torch.equal(d, m) for d in mine)
+        least = min(least, max(agreement(d, m) for d in mine))
+    return same, least
+
+
+def relative_difference(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float:
+    """The largest, over the tensors, of max |got - want| / max |want|: how far the farthest one is off, relative
+    to its own size (a gradient of zeros counts by its absolute difference)."""
+    return max(((g - w).abs().max() / (w.abs().max() if w.abs().max() > 0 else 1)).item()
+               for g, w in zip(got, want, strict=True))

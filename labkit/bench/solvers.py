@@ -6,7 +6,8 @@ knapsack_keep run as a CustomKnapsackSolver (labkit.planners.solver), the others
 "dp", "greedy" and "ilp"; two more settings are measured on request: "planner-eager", the same planner with the
 random candidates planned by its eager rule and nothing tagged (as torch's own solvers treat them), and "policy",
 dp with a selective checkpoint policy that tags every random op MUST_SAVE (labkit.planners.solver). Per setting: the
-meter's peak over one training step (after the one that compiled), the step time over the plain eager step's
+meter's peak over one training step (after the one that compiled), the bytes forward saves for backward
+(lab 04's saved_after_forward), the step time over the plain eager step's
 (medians of alternating pairs), whether the gradients equal the plain eager step's bit for bit (`bitwise`: never
 with dropout on, as the decomposed forward draws other masks), whether loss and gradients equal those of the same
 blocks compiled at budget 1 under the same seed (`same_as_budget_1`: the step that ran the same forward and
@@ -19,13 +20,15 @@ the peak 4x on a llama-style model).
 from __future__ import annotations
 
 import contextlib
+import logging
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from labkit.bench.lab02 import stack_step
-from labkit.bench.lab04 import long_stack
+from labkit.bench.lab04 import long_stack, saved_after_forward
 from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.instruments.compiled import Compiled, RandomDraws, metered_backend, outside_meters
@@ -92,28 +95,49 @@ def _loss(model: GPTStack, x: torch.Tensor, run: Callable) -> torch.Tensor:
 
 def solver_row(model: GPTStack, x: torch.Tensor, name: str, budget: float, keep: Callable | None,
                repeats: int, reference: tuple[torch.Tensor, list[torch.Tensor]] | None = None) -> dict[str, Any]:
-    """One setting at one budget, measured (see the module's doc); reference: budget_one's (made here if None); a
-    setting that fails is a row saying why."""
+    """One setting at one budget, measured (see the module's doc); reference: budget_one's (made here if None);
+    repeats=0: no step time (step_ratio None); a setting that fails is a row saying why."""
     try:
-        solver = _solver(name, keep)
-        compiled = {id(b): Compiled(_forward(b, name), budget, solver=solver) for b in model.blocks}
-        run = lambda block, y: compiled[id(block)](y)  # noqa: E731
-        stack_step(model, x, run)()  # compiles every block: the partitioner runs here
-        loss, want = reference if reference is not None else budget_one(model, x)
-        with contextlib.ExitStack() as ran:
-            for c in compiled.values():
-                ran.enter_context(c.check_ran(f"compile budget {budget:g} with {name}"))
-            with MemoryMeter(model, x, device=x.device) as meter:
-                stack_step(model, x, run)()
-            with RandomDraws() as draws:
-                got = _grads(model, x, run)
-            bitwise = all(map(torch.equal, _grads(model, x, _plain), got))
-            same = torch.equal(_loss(model, x, run), loss) and all(map(torch.equal, got, want))
-            ratio = compare(stack_step(model, x, _plain), stack_step(model, x, run), repeats=repeats, warmup=1,
-                            device=x.device).ratio
+        with _quiet_wrap():
+            return _measured_row(model, x, name, budget, keep, repeats, reference)
     except Exception as e:  # noqa: BLE001 - a solver PyTorch refuses (or a torch without custom solvers): a row
         return {"solver": name, "budget": budget, "error": f"{type(e).__name__}: {e}"[:300]}
-    row = {"solver": name, "budget": budget, "measured_peak": meter.peak, "step_ratio": round(ratio, 4),
+
+
+@contextlib.contextmanager
+def _quiet_wrap() -> Any:
+    """torch._higher_order_ops.wrap's warning about in-place ops in a checkpoint under compile, silenced: the
+    blocks here have none."""
+    quiet = logging.getLogger("torch._higher_order_ops.wrap")
+    level, quiet.level = quiet.level, logging.ERROR
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
+
+
+def _measured_row(model: GPTStack, x: torch.Tensor, name: str, budget: float, keep: Callable | None, repeats: int,
+                  reference: tuple[torch.Tensor, list[torch.Tensor]] | None) -> dict[str, Any]:
+    """solver_row's measurement; its errors are solver_row's rows."""
+    solver = _solver(name, keep)
+    compiled = {id(b): Compiled(_forward(b, name), budget, solver=solver) for b in model.blocks}
+    run = lambda block, y: compiled[id(block)](y)  # noqa: E731
+    stack_step(model, x, run)()  # compiles every block: the partitioner runs here
+    loss, want = reference if reference is not None else budget_one(model, x)
+    with contextlib.ExitStack() as ran:
+        for c in compiled.values():
+            ran.enter_context(c.check_ran(f"compile budget {budget:g} with {name}"))
+        with MemoryMeter(model, x, device=x.device) as meter:
+            stack_step(model, x, run)()
+        kept = saved_after_forward(model, x, run)
+        with RandomDraws() as draws:
+            got = _grads(model, x, run)
+        bitwise = all(map(torch.equal, _grads(model, x, _plain), got))
+        same = torch.equal(_loss(model, x, run), loss) and all(map(torch.equal, got, want))
+        ratio = None if repeats == 0 else compare(stack_step(model, x, _plain), stack_step(model, x, run),
+                                                  repeats=repeats, warmup=1, device=x.device).ratio
+    row = {"solver": name, "budget": budget, "measured_peak": meter.peak, "kept_after_forward": kept,
+           "step_ratio": None if ratio is None else round(ratio, 4),
            "bitwise": bitwise, "same_as_budget_1": same, "backward_draws": draws.count("backward")}
     if name.startswith("planner"):
         row["solver_calls"] = solver.calls  # the partitioner asked it, once per block's graph (0: no knapsack ran)
@@ -123,13 +147,14 @@ def solver_row(model: GPTStack, x: torch.Tensor, name: str, budget: float, keep:
 
 
 def solver_rows(model: GPTStack, x: torch.Tensor, keep: Callable | None, budgets: Sequence[float] = BUDGETS,
-                solvers: Sequence[str] = SOLVERS, repeats: int = 5) -> list[dict[str, Any]]:
+                solvers: Sequence[str] = SOLVERS, repeats: int = 5,
+                reference: tuple[torch.Tensor, list[torch.Tensor]] | None = None) -> list[dict[str, Any]]:
     """Every setting of `solvers` (among SETTINGS) at every budget on `model` (see the module's doc); keep: lab 04's
-    knapsack_keep."""
+    knapsack_keep; reference: budget_one(model, x), made here if None."""
     unknown = [s for s in solvers if s not in SETTINGS]
     if unknown:
         raise ValueError(f"solver_rows: solvers {unknown} are not among {', '.join(SETTINGS)}")
-    reference = budget_one(model, x)
+    reference = reference if reference is not None else budget_one(model, x)
     return [solver_row(model, x, name, b, keep, repeats, reference) for b in budgets for name in solvers]
 
 
@@ -167,11 +192,17 @@ def _entered(context_fn: Callable[[], Any]) -> Any:
 def compile_tags(block: torch.nn.Module, x: torch.Tensor, context_fn: Callable[[], Any]) -> dict[str, Any]:
     """What torch.compile does with a selective checkpoint of `block`: the policy (context_fn, as
     torch.utils.checkpoint takes it) tags each node of the traced joint graph (node.meta["recompute"]), and the
-    partitioner (min-cut, at activation_memory_budget 1) chooses what forward saves. Per tag: how many nodes
-    carry it and how many of those forward saved; and the saved values that are the graph's inputs (the block's
-    input, its weights) and ops that carried no tag."""
+    partitioner (min-cut, at activation_memory_budget 1) chooses what forward saves.
+
+    Per tag: how many nodes carry it ("tagged"), how many of those forward saved ("saved"), how many the backward
+    graph runs again ("rebuilt"), how many are matrix products ("matmuls") and of those how many backward runs
+    again ("matmuls_rebuilt"); and of the tagged nodes neither saved nor rebuilt, the multi-output ones
+    ("tuples": a tuple is never saved, its getitems are) and the others ("unread": backward reads only what
+    forward saved or what it runs again, so none of these). Besides:
+    the saved values that are graph inputs ("saved_inputs": the block's input, its weights), the RNG states the
+    forward saves for backward ("saved_rng_states": run_and_save_rng_state's, for a random op the policy made
+    recomputable), and ops saved with no tag."""
     import functools
-    import logging
 
     import torch.fx as fx
     from torch._decomp import core_aten_decompositions
@@ -185,8 +216,9 @@ def compile_tags(block: torch.nn.Module, x: torch.Tensor, context_fn: Callable[[
     def partition(joint: fx.GraphModule, inputs: Any, **kwargs: Any) -> Any:
         fwd, bwd = min_cut_rematerialization_partition(joint, inputs, **kwargs)
         out = next(n for n in fwd.graph.nodes if n.op == "output").args[0]
-        seen["saved"] = {a.name for a in out[kwargs["num_fwd_outputs"]:] if isinstance(a, fx.Node)}
-        seen["tags"] = {n.name: n.meta.get("recompute") for n in joint.graph.nodes if n.op == "call_function"}
+        seen["saved"] = [a for a in out[kwargs["num_fwd_outputs"]:] if isinstance(a, fx.Node)]
+        seen["joint"] = [n for n in joint.graph.nodes if n.op == "call_function"]
+        seen["backward"] = {n.name for n in bwd.graph.nodes if n.op == "call_function"}
         return fwd, bwd
 
     backend = aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=partition,
@@ -195,19 +227,30 @@ def compile_tags(block: torch.nn.Module, x: torch.Tensor, context_fn: Callable[[
     # under a meter (a whole notebook measured) dynamo would refuse to compile: the graphs run inside it instead
     run = torch.compile(lambda y: checkpoint(block, y, use_reentrant=False, context_fn=context),
                         backend=metered_backend(backend), fullgraph=True, dynamic=False)
-    quiet = logging.getLogger("torch._higher_order_ops.wrap")  # its warning to keep in-place ops out: we have none
-    level, quiet.level = quiet.level, logging.ERROR
-    try:
-        with outside_meters():
-            result = run(x.detach().requires_grad_())
-        result.sum().backward()
-    finally:
-        quiet.setLevel(level)
-    tags, saved = seen["tags"], seen["saved"]
+    with _quiet_wrap(), outside_meters():
+        result = run(x.detach().requires_grad_())
+    result.sum().backward()
+    return _tag_counts(seen)
+
+
+def _tag_counts(seen: dict[str, Any]) -> dict[str, Any]:
+    """compile_tags' figures from what its partition saw (see compile_tags)."""
+    nodes, saved, backward = seen["joint"], {n.name for n in seen["saved"]}, seen["backward"]
+    tag = {n.name: str(n.meta.get("recompute")).removeprefix("CheckpointPolicy.") for n in nodes
+           if n.meta.get("recompute") is not None}
     out: dict[str, Any] = {}
-    for name in sorted({str(t).removeprefix("CheckpointPolicy.") for t in tags.values() if t is not None}):
-        nodes = [n for n, t in tags.items() if str(t).removeprefix("CheckpointPolicy.") == name]
-        out[name] = {"tagged": len(nodes), "saved": sum(n in saved for n in nodes)}
-    out["saved_inputs"] = sum(n not in tags for n in saved)  # placeholders: the input, the weights
-    out["saved_untagged_ops"] = sum(n in tags and tags[n] is None for n in saved)
+    for name in sorted(set(tag.values())):
+        mine = [n for n in nodes if tag.get(n.name) == name]
+        left = [n for n in mine if n.name not in saved and n.name not in backward]
+        matmuls = [n for n in mine if getattr(n.target, "__name__", "").split(".")[0] in ("mm", "bmm", "addmm")]
+        out[name] = {"tagged": len(mine), "saved": sum(n.name in saved for n in mine),
+                     "rebuilt": sum(n.name in backward for n in mine),
+                     "tuples": sum(isinstance(n.meta.get("val"), (tuple, list)) for n in left),
+                     "unread": sum(not isinstance(n.meta.get("val"), (tuple, list)) for n in left),
+                     "matmuls": len(matmuls), "matmuls_rebuilt": sum(n.name in backward for n in matmuls)}
+    joint = {n.name: n for n in nodes}
+    out["saved_inputs"] = sum(n.op == "placeholder" for n in seen["saved"])  # the input, the weights
+    out["saved_rng_states"] = sum(n.op != "placeholder" and n.name not in joint and n.target is operator.getitem
+                                  and "rng_state" in str(n.args[0].target) for n in seen["saved"])
+    out["saved_untagged_ops"] = sum(n.name in joint and n.name not in tag for n in seen["saved"])
     return out

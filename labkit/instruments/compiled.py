@@ -103,7 +103,8 @@ def recompile_limits(fn: Callable[..., Any]) -> tuple[int, int]:
 
 class Compiled:
     """fn compiled with torch.compile under activation_memory_budget=budget (a number from 0 to 1) and the
-    knapsack solver `solver`; call it as fn. `backend`: "aot_eager_decomp_partition" (eager kernels) or
+    knapsack solver `solver`; call it as fn. `backend`: "aot_eager_decomp_partition" (eager kernels),
+    "aot_eager" (the same partitioner on the graph as traced, no decompositions: native_dropout stays one op) or
     "inductor"; Inductor's own kernels allocate where no dispatch mode sees them, so under the meter only the
     CUDA allocator's peak counts them."""
 
@@ -114,8 +115,8 @@ class Compiled:
         if not (solver in ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg") or _custom_solver(solver)):
             raise ValueError(f"Compiled: solver={solver!r}; allowed: dp, greedy, ilp, dp_knapsack_sliding_hirschberg "
                              "or a CustomKnapsackSolver (labkit.planners.solver.planner_solver)")
-        if backend not in ("aot_eager_decomp_partition", "inductor"):
-            raise ValueError(f"Compiled: backend={backend!r}; allowed: aot_eager_decomp_partition, inductor")
+        if backend not in ("aot_eager_decomp_partition", "aot_eager", "inductor"):
+            raise ValueError(f"Compiled: backend={backend!r}; allowed: aot_eager_decomp_partition, aot_eager, inductor")
         # the knapsack solver below budget 1: "dp" (the default), "greedy", "ilp", or a CustomKnapsackSolver
         # (labkit.planners.solver.planner_solver)
         self.budget, self.backend, self.graphs_run, self.fn, self.solver = float(budget), backend, 0, fn, solver
@@ -128,6 +129,8 @@ class Compiled:
     def _inner(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         if self.backend == "inductor":
             from torch._inductor.compile_fx import compile_fx as inner
+        elif self.backend == "aot_eager":
+            from torch._dynamo.backends.debugging import aot_eager as inner
         else:
             from torch._dynamo.backends.debugging import aot_eager_decomp_partition as inner
         return inner(gm, example_inputs)
@@ -164,20 +167,23 @@ class Compiled:
 class RandomDraws(TorchDispatchMode):
     """Every random op run inside (an op tagged nondeterministic_seeded), eager or in a compiled graph (Compiled
     runs its graphs inside the modes of its caller): per phase, "forward" or "backward" (run while a backward is),
-    the op and its first output, kept when keep=True. A random op in backward is a draw no forward made: under
-    torch.compile nothing replays the RNG for an op the partitioner moved there (labkit.planners.solver)."""
+    the op and, when keep=True, its output (a tuple for native_dropout: output and mask). A random op in backward
+    is a draw no forward made: under torch.compile nothing replays the RNG for an op the partitioner moved there
+    (labkit.planners.solver)."""
 
     def __init__(self, keep: bool = False) -> None:
         super().__init__()
         self.keep = keep
-        self.draws: dict[str, list[tuple[str, torch.Tensor | None]]] = {"forward": [], "backward": []}
+        self.draws: dict[str, list[tuple[str, Any]]] = {"forward": [], "backward": []}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
         if torch.Tag.nondeterministic_seeded in func.tags:
             phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
-            first = out[0] if isinstance(out, (tuple, list)) else out
-            self.draws[phase].append((str(func), first.detach() if self.keep else None))
+            kept = None
+            if self.keep:
+                kept = tuple(t.detach() for t in out) if isinstance(out, (tuple, list)) else out.detach()
+            self.draws[phase].append((str(func), kept))
         return out
 
     def count(self, phase: str) -> int:

@@ -173,8 +173,8 @@ def ex_4_3(knapsack_keep: Callable[..., Any]) -> None:
             raise CheckFailure("4.3", f"{what}: bytes kept", f"at most {budget}", used, H.KNAP_FITS)
         kept, best = sum(r.seconds for r in ops if r.key in got), best_in_units(ops, budget, most)
         if not math.isclose(kept, best, rel_tol=1e-9, abs_tol=1e-12):
-            raise CheckFailure("4.3", f"{what}: seconds kept, counted in units as the spec says",
-                               f"{best * 1e3:g} ms", f"{kept * 1e3:g} ms", H.KNAP_MOST if kept > best else H.KNAP_OPTIMAL)
+            raise CheckFailure("4.3", f"{what}: seconds kept, counted in units as the spec says", f"{best * 1e3:g} ms",
+                               f"{kept * 1e3:g} ms", H.KNAP_MOST if kept > best else H.KNAP_OPTIMAL)
     _bad_budgets("4.3", knapsack_keep, cases[0][0])
     passed("4.3", f"knapsack_keep fits the budget and keeps the most seconds on {len(cases)} profiles, as "
                   "exhaustive search finds; counted in units (gcd, or ceil(budget / most)) it keeps what the spec's "
