@@ -127,9 +127,13 @@ WRONG_ANSWERS = {  # solution -> [(text in the answer, the wrong text, the check
     "03_sqrt_n": [("bounds = [i * n // segments for i in range(segments + 1)]",
                    "bounds = [i * (n // segments) for i in range(segments)] + [n]", "ex_3_1")],
     "04_selective": [("leaves, spec = self.kept.pop(key)", "leaves, spec = self.kept[key]", "ex_4_1"),
+                     ("key=lambda r: -keep_bytes(r) / max(r.seconds, 1e-12))",  # ties toward the later op
+                      "key=lambda r: keep_bytes(r) / max(r.seconds, 1e-12))[::-1]", "ex_4_2"),
                      ("weight = [-(-w // unit) for w in weights]", "weight = [w // unit for w in weights]", "ex_4_3")],
     "05_roofline": [("    return max(compute_seconds(r, c), r.bytes_moved / c.peak_bandwidth, rand)",
-                     "    return compute_seconds(r, c) + r.bytes_moved / c.peak_bandwidth + rand", "ex_5_1")],
+                     "    return compute_seconds(r, c) + r.bytes_moved / c.peak_bandwidth + rand", "ex_5_1"),
+                    ("replace(r, seconds=float(seconds_of(r)))",  # a record's measured seconds kept
+                     "replace(r, seconds=r.seconds if r.seconds is not None else float(seconds_of(r)))", "ex_5_2")],
     "06_pitfalls": [("    differ = bits(a) != bits(b)", "    differ = a != b", "ex_6_1"),
                     ("            bn.momentum, bn.num_batches_tracked = 0.0, None\n", "", "ex_6_2"),
                     ('and c.peak_bytes <= s.budget]', 'and c.predicted_bytes <= s.budget]', "ex_6_3")],
