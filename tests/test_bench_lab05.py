@@ -68,15 +68,30 @@ def test_an_op_costs_at_least_one_launch_and_meets_the_bandwidth_of_its_footprin
 
 
 def test_each_op_is_set_against_each_precisions_ridge():
+    """An op run in bfloat16 moves half a float32 trace's bytes: its intensity doubles as the ridge moves; TF32
+    multiplies float32 tensors, so its bytes stay. On this CPU's two ridges nothing changed side (issue 50):
+    what moves it is a ridge moving further than the op's own intensity does."""
     by_dtype = {"float32": Ceilings("cpu", torch.float32, 1e11, 1e10, None),  # ridge 10 FLOP/byte
-                "bfloat16": Ceilings("cpu", torch.bfloat16, 1e12, 1e10, None)}  # ridge 100
+                "tf32": Ceilings("gpu", torch.float32, 1e12, 1e10, None),  # ridge 100, float32 bytes
+                "bfloat16": Ceilings("cpu", torch.bfloat16, 1e12, 1e10, None)}  # ridge 100, half the bytes
     mm = lambda key, intensity: OpRecord(key=key, op="mm", module="", flops=int(intensity * 1000),  # noqa: E731
                                          bytes_moved=1000, output_bytes=400, elements=100, is_view=False,
                                          in_place=False, random=False, seconds=1e-3)
     view = OpRecord(key="view#0", op="view", module="", flops=0, bytes_moved=0, output_bytes=0, elements=0,
                     is_view=True, in_place=False, random=False, seconds=1e-6)
-    rows = lk.bench.lab05.sides([mm("a#0", 5), mm("b#0", 10), mm("c#0", 50), view, mm("d#0", 100)], by_dtype)
-    assert [(r["name"], r["float32"], r["bfloat16"]) for r in rows] == [
-        ("a#0", "memory", "memory"), ("b#0", "compute", "memory"), ("c#0", "compute", "memory"),
-        ("d#0", "compute", "compute")]
-    assert [r["intensity"] for r in rows] == [5, 10, 50, 100]
+    rows = lk.bench.lab05.sides([mm("a#0", 5), mm("b#0", 10), mm("c#0", 40), view, mm("d#0", 50)], by_dtype)
+    assert [(r["name"], r["float32"], r["tf32"], r["bfloat16"]) for r in rows] == [
+        ("a#0", "memory", "memory", "memory"), ("b#0", "compute", "memory", "memory"),
+        ("c#0", "compute", "memory", "memory"), ("d#0", "compute", "memory", "compute")]
+    assert [r["intensity"] for r in rows] == [5, 10, 40, 50]
+
+
+def test_the_spec_sheets_hold_float32_beside_their_tensor_cores():
+    from labkit.instruments.roofline import GPU_SPECS, RooflineError, GPUSpec
+
+    for spec in GPU_SPECS.values():
+        fp32, tensor = spec.float32_ceilings(), spec.ceilings()
+        assert fp32.dtype == torch.float32 and fp32.peak_bandwidth == tensor.peak_bandwidth
+        assert tensor.ridge / fp32.ridge > 4  # the tensor cores' ridge lies far right of float32's
+    with pytest.raises(RooflineError, match="no float32 FLOP/s"):
+        GPUSpec("x", 1e12, torch.bfloat16, 1e9, "none").float32_ceilings()

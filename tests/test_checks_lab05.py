@@ -15,6 +15,9 @@ from labkit.checks.lab05 import hints as H
 from labkit.instruments.roofline import Ceilings, moves_data, random_draws
 
 
+# Checker strength (docs/maintainers.md, "Checker strength"): tools/mutants.py labkit/reference/roofline.py
+# tests/test_checks_lab05.py kills every mutant of the module (10 sites: --sample 10 --seed 1 and --sample 30
+# --seed 2 both run all of them), `rand = draws / c.random_rate` with `*` for `/` among them; no survivor.
 def _fails(check, *args) -> CheckFailure:
     with pytest.raises(CheckFailure) as info:
         check(*args)
@@ -99,7 +102,7 @@ def test_ex_5_2_catches(bug, hint):
 
 
 def test_flops_only_prices_by_pytorchs_count_alone():
-    """The given cost model lab 05 sets beside the roofline: PyTorch's FLOP count over the peak, elementwise ops free."""
+    """The given cost model lab 05 sets beside the roofline: PyTorch's FLOP count over the peak, elementwise free."""
     c = Ceilings("c", torch.float32, peak_flops=4e11, peak_bandwidth=1e10, random_rate=None)
     seconds_of = R.flops_only(c)
     mm = OpRecord(key="mm#0", op="mm", module="", flops=8 * 10 ** 9, bytes_moved=10 ** 6, output_bytes=10 ** 5,

@@ -43,6 +43,23 @@ def bound(record: OpRecord, ceilings: Ceilings, seconds: float, compute_seconds:
     return "launch" if ceilings.launch_seconds and ceilings.launch_seconds >= seconds else "none"
 
 
+WHY_FASTER = {  # each ceiling, where an op's replay beat the prediction it sets: each a measurement
+    "compute": "its bound is the matmul peak or the exp rate, each the best median of a few sizes, measured once",
+    "memory": "its bound is a copy's bandwidth at the measured footprint nearest its bytes, a median measured once",
+    "random": "its bound is native_dropout's draws per second at the measuring size, a median measured once",
+    "launch": "its bound is one launch, the median of one-element adds",
+    "none": "no ceiling sets its predicted time: a roofline_seconds to fix",
+}
+
+
+def why_faster(bound_name: str) -> str:
+    """Why an op bound by `bound_name` can replay faster than predicted: its ceiling is a measurement too, taken
+    at other sizes and another moment of a machine shared with other work (the bar allows BAR for that)."""
+    if bound_name not in WHY_FASTER:
+        raise ValueError(f"why_faster: bound {bound_name!r}; allowed: {', '.join(WHY_FASTER)}")
+    return f"{WHY_FASTER[bound_name]}, and this replay came out faster (the bar allows up to {BAR:g}x)"
+
+
 def predicted_seconds(record: OpRecord, ceilings: Ceilings, roofline_seconds: Pricing) -> float:
     """The least time a replay of `record` takes: the roofline's on the ceilings it meets hot, or one launch."""
     return max(roofline_seconds(record, ceilings.hot(record.bytes_moved)), ceilings.launch_seconds or 0.0)
@@ -63,10 +80,15 @@ def op_rows(records: Sequence[OpRecord], ceilings: Ceilings, roofline_seconds: P
 
 
 def sides(records: Sequence[OpRecord], by_dtype: dict[str, Ceilings]) -> list[dict[str, Any]]:
-    """Each op that moves data, its intensity, and for each precision of `by_dtype` (measure_ceilings_by_dtype)
-    the side of that precision's ridge it sits on: "compute" at or right of it, "memory" left of it."""
-    return [{"name": r.key, "intensity": intensity(r),
-             **{name: "compute" if intensity(r) >= c.ridge else "memory" for name, c in by_dtype.items()}}
+    """Each op of a float32 trace that moves data, its intensity (float32's), and for each precision of `by_dtype`
+    (measure_ceilings_by_dtype, or a spec sheet's) the side of that precision's ridge it sits on, the op run in
+    that precision: its intensity scaled by 4 / the precision's bytes per element (an op in bfloat16 moves half
+    the bytes: twice float32's intensity; TF32 keeps float32's), "compute" at or right of the ridge, "memory"
+    left of it."""
+    def side(r: OpRecord, c: Ceilings) -> str:
+        return "compute" if intensity(r) * 4 / c.dtype.itemsize >= c.ridge else "memory"
+
+    return [{"name": r.key, "intensity": intensity(r), **{name: side(r, c) for name, c in by_dtype.items()}}
             for r in filter(moves_data, records)]
 
 

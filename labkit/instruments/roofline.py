@@ -280,28 +280,39 @@ class GPUSpec:
     peak_bandwidth: float  # memory bandwidth, bytes/s
     source: str  # the datasheet it is read from
     host_bandwidth: float = 0.0  # host link, bytes/s each way: the datasheet's bidirectional PCIe figure halved
+    float32_flops: float = 0.0  # FP32 FLOP/s of its CUDA cores (no tensor cores), from the same datasheet
 
     def ceilings(self) -> Ceilings:
         """These figures as Ceilings in their dtype (random draws: not a limit, see measure_ceilings)."""
         return Ceilings(self.name, self.dtype, self.peak_flops, self.peak_bandwidth, None)
 
+    def float32_ceilings(self) -> Ceilings:
+        """The same card multiplying float32 on its CUDA cores: float32_flops, the same memory bandwidth."""
+        if not self.float32_flops > 0:
+            raise RooflineError(f"GPUSpec {self.name!r}: no float32 FLOP/s given (float32_flops)")
+        return Ceilings(self.name, torch.float32, self.float32_flops, self.peak_bandwidth, None)
+
 
 GPU_SPECS: dict[str, GPUSpec] = {
     # NVIDIA T4 Tensor Core GPU datasheet: mixed precision (FP16/FP32) 65 TFLOPS (Turing: no sparsity, and no
-    # bfloat16 tensor cores: the figure is float16's), 320 GB/s
+    # bfloat16 tensor cores: the figure is float16's), 320 GB/s; single precision (FP32) 8.1 TFLOPS
     # host link: "x16 PCIe Gen3", 32 GB/s both ways together (PCIe 3.0 x16: 15.75 GB/s each way)
     "T4": GPUSpec("T4", 65e12, torch.float16, 320e9, "NVIDIA T4 Tensor Core GPU datasheet, https://www.nvidia.com/content/dam/"
-                  "en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf", 16e9),
-    # NVIDIA A100 Tensor Core GPU datasheet: BF16/FP16 tensor 312 TFLOPS (624 with sparsity); 80GB SXM 2,039 GB/s
+                  "en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf", 16e9, 8.1e12),
+    # NVIDIA A100 Tensor Core GPU datasheet: BF16/FP16 tensor 312 TFLOPS (624 with sparsity); 80GB SXM 2,039 GB/s;
+    # FP32 19.5 TFLOPS
     "A100": GPUSpec("A100 SXM 80GB", 312e12, torch.bfloat16, 2039e9, "NVIDIA A100 Tensor Core GPU datasheet, https://www.nvidia.com/"
                     "content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
-                    32e9),  # "PCIe Gen4: 64GB/s" (both ways together)
-    # NVIDIA H100 Tensor Core GPU datasheet: BF16/FP16 tensor 1,979 TFLOPS with sparsity (989 dense); SXM 3.35 TB/s
+                    32e9, 19.5e12),  # "PCIe Gen4: 64GB/s" (both ways together)
+    # NVIDIA H100 Tensor Core GPU datasheet: BF16/FP16 tensor 1,979 TFLOPS with sparsity (989 dense); SXM 3.35 TB/s;
+    # FP32 67 TFLOPS (SXM)
     "H100": GPUSpec("H100 SXM", 989e12, torch.bfloat16, 3.35e12, "NVIDIA H100 Tensor Core GPU datasheet, "
-                    "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", 64e9),  # "PCIe Gen5: 128GB/s"
-    # NVIDIA H200 Tensor Core GPU datasheet: BF16/FP16 tensor 1,979 TFLOPS with sparsity (989 dense); SXM 4.8 TB/s
+                    "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", 64e9,  # "PCIe Gen5: 128GB/s"
+                    67e12),
+    # NVIDIA H200 Tensor Core GPU datasheet: BF16/FP16 tensor 1,979 TFLOPS with sparsity (989 dense); SXM 4.8 TB/s;
+    # FP32 67 TFLOPS (SXM)
     "H200": GPUSpec("H200 SXM", 989e12, torch.bfloat16, 4.8e12, "NVIDIA H200 Tensor Core GPU datasheet, "
-                    "https://www.nvidia.com/en-us/data-center/h200/", 64e9),  # "PCIe Gen5: 128GB/s"
+                    "https://www.nvidia.com/en-us/data-center/h200/", 64e9, 67e12),  # "PCIe Gen5: 128GB/s"
 }
 
 

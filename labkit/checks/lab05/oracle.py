@@ -28,20 +28,20 @@ def seconds(record: OpRecord, ceilings: Ceilings) -> float:
 
 
 def mistakes(record: OpRecord, ceilings: Ceilings) -> dict[str, float]:
-    """What each named wrong answer gives for the op (keyed by the hint's name in hints.py), so that a wrong time
-    can be matched to its mistake: the terms summed, the memory term over a cache's bandwidth, the launch floor
-    inside, an in-place op free, native_dropout alone counted as random, no memory term."""
+    """What each named wrong answer gives for the op, so that a wrong time can be matched to its mistake: the terms
+    summed, the memory term over a cache's bandwidth (the best, or the one at its footprint), the launch floor
+    inside (as a term, or added), an in-place op free, native_dropout alone counted as random, no memory term."""
     t = terms(record, ceilings)
     right = max(t.values())
     launch = ceilings.launch_seconds or 0.0
     cached = max((bw for _, bw in ceilings.bandwidths), default=ceilings.peak_bandwidth)
     only_dropout = {**t, "random": t["random"] if record.op == "native_dropout" else 0.0}
-    return {"RT_MAX": sum(t.values()),
-            "RT_DRAM": max(t["compute"], t["random"], record.bytes_moved / cached),
-            "RT_DRAM_AT": max(t["compute"], t["random"],
-                              record.bytes_moved / ceilings.bandwidth_at(record.bytes_moved)),
-            "RT_LAUNCH": max(right, launch) if launch else right,
-            "RT_LAUNCH_SUM": right + launch,
-            "RT_IN_PLACE": 0.0 if record.in_place else right,
-            "RT_RANDOM_OPS": max(only_dropout.values()),
-            "RT_MEMORY": max(t["compute"], t["random"])}
+    return {"sum": sum(t.values()),
+            "cache": max(t["compute"], t["random"], record.bytes_moved / cached),
+            "cache at its footprint": max(t["compute"], t["random"],
+                                          record.bytes_moved / ceilings.bandwidth_at(record.bytes_moved)),
+            "launch as a term": max(right, launch) if launch else right,
+            "launch added": right + launch,
+            "in place free": 0.0 if record.in_place else right,
+            "native_dropout alone": max(only_dropout.values()),
+            "no memory term": max(t["compute"], t["random"])}

@@ -68,13 +68,18 @@ def _cases() -> list[tuple[str, OpRecord, Ceilings]]:
     return made + [(f"{r.key} of a traced GPT block", r, c) for r in _traced() for c in (MACHINE, SPEC, CACHED)]
 
 
+MISTAKES = {"sum": H.RT_MAX, "cache": H.RT_DRAM, "cache at its footprint": H.RT_DRAM, "launch as a term": H.RT_LAUNCH,
+            "launch added": H.RT_LAUNCH, "in place free": H.RT_IN_PLACE, "native_dropout alone": H.RT_RANDOM_OPS,
+            "no memory term": H.RT_MEMORY}  # oracle.mistakes' names -> the hint of each
+
+
 def _hint(r: OpRecord, c: Ceilings, got: float, want: float) -> str:
     if r.is_view or want == 0:
         return H.RT_VIEW
     for name, value in mistakes(r, c).items():  # a named mistake's time, where it differs from the right one
         if math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-15) and \
                 not math.isclose(value, want, rel_tol=1e-9, abs_tol=1e-15):
-            return getattr(H, name.removesuffix("_AT").removesuffix("_SUM"))
+            return MISTAKES[name]
     t = terms(r, c)
     top = max(t, key=t.__getitem__)
     return {"compute": H.RT_COMPUTE, "memory": H.RT_MEMORY, "random": H.RT_RANDOM}[top]
