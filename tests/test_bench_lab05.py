@@ -95,3 +95,12 @@ def test_the_spec_sheets_hold_float32_beside_their_tensor_cores():
         assert tensor.ridge / fp32.ridge > 4  # the tensor cores' ridge lies far right of float32's
     with pytest.raises(RooflineError, match="no float32 FLOP/s"):
         GPUSpec("x", 1e12, torch.bfloat16, 1e9, "none").float32_ceilings()
+
+
+def test_an_op_faster_than_its_prediction_is_explained_by_its_ceiling():
+    from labkit.bench.lab05 import WHY_FASTER, why_faster
+
+    assert set(WHY_FASTER) == {"compute", "memory", "random", "launch", "none"}  # every bound() can name
+    assert why_faster("random").startswith("its bound is native_dropout's draws") and "2x" in why_faster("random")
+    with pytest.raises(ValueError, match="bound 'cache'"):
+        why_faster("cache")
