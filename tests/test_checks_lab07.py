@@ -7,16 +7,19 @@ import inspect
 import signal
 import time
 
+from pathlib import Path
+
 import pytest
 
 import labkit.reference.capstone as R
+from labkit.course.catalog import LABS
 from labkit import checks
 from labkit.checks import CheckFailure, NotAttempted
 from labkit.checks.base import hidden_cases
 from labkit.checks.lab07 import hints as H
 from labkit.checks.lab07.planner import Case, _check, cases, every_plan, peak, seconds
 from labkit.plans import (
-    KEEP, RECOMPUTE, SCHEMES, SELECTIVE, BlockCosts, Option, Profile, Step, check_budget, scheme_plan,
+    KEEP, OFFLOAD, RECOMPUTE, SCHEMES, SELECTIVE, BlockCosts, Option, Profile, Step, check_budget, scheme_plan,
 )
 
 
@@ -77,13 +80,24 @@ def _last_beside_peak(plan, profile):
     return max(profile.floor, profile.base + kept, worst)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+EDITED: list[str] = []  # every line a planted bug replaces (test_every_planted_line_is_in_the_solution)
+
+
 def _edited(old, new):
-    """The reference planner with one line of its source replaced: a mistake a student's numpy could make."""
-    source = inspect.getsource(R.plan_blocks)
-    assert old in source, old
-    scope = dict(vars(R))
-    exec(source.replace(old, new), scope)  # noqa: S102
-    return scope["plan_blocks"]
+    """The reference planner with one line of its source replaced: a mistake a student's numpy could make. Made
+    when first called; where the reference no longer has the line (tools/mutants.py changed it), the test is
+    skipped: the planted bug cannot be made, and what the change does is the other tests' to show."""
+    EDITED.append(old)
+
+    def plan(profile, budget, most=4096):
+        source = inspect.getsource(R.plan_blocks)
+        if old not in source:
+            pytest.skip(f"the reference no longer has {old!r}")
+        scope = dict(vars(R))
+        exec(source.replace(old, new), scope)  # noqa: S102
+        return scope["plan_blocks"](profile, budget, most)
+    return plan
 
 
 NEED = "need = np.maximum.accumulate(rebuilt[i + 1:] - rebuilt[i] + beside[i:])"
@@ -161,7 +175,7 @@ BUGS = {
     # issue 50: "the largest m on a tie (the spec says the smallest)"
     "the largest m on a tie": (_edited(ARGMIN, "int(best[n].size - 1 - np.argmin(best[n][::-1]))"), H.PLAN_TIE),
     "one-block segments only": (_brute(lambda plan, p: all(s.stop == s.start + 1 for s in plan)), H.PLAN_MISSED),
-    "no selective or offload": (_brute(lambda plan, p: all(s.how in ("keep", RECOMPUTE) for s in plan)), H.PLAN_OPTIMAL),
+    "no selective or offload": (_brute(lambda plan, p: all(s.how in ("keep", RECOMPUTE) for s in plan)), H.PLAN_MISSED),
     "greedy": (_greedy, H.PLAN_MISSED),
     "always recompute": (_brute(lambda plan, p: all(s.how == RECOMPUTE for s in plan)), H.PLAN_OPTIMAL),
     "reversed": (lambda p, b, most=4096: None if (r := R.plan_blocks(p, b, most)) is None else r[::-1], H.PLAN_COVER),
@@ -225,6 +239,18 @@ def test_least_budget_is_the_least_budget_best_plan_accepts(profile, most, least
         assert R.least_budget(profile, most) == least
     assert R.best_plan(profile, least, most) is not None and R.best_plan(profile, least - 1, most) is None
     assert least == min(peak(p, profile) for p in every_plan(profile))
+
+
+def test_the_default_most_is_4096_units():
+    """4,097 B with no common divisor is one byte too many for 4096 units of 1 B: plan_blocks, best_plan and
+    least_budget count it in units of 2 B unless told otherwise, and find a least budget 2 B above the exact one."""
+    profile = Profile((BlockCosts(706, 385, 0.25, {SELECTIVE: Option(420, 706, 0.0), OFFLOAD: Option(0, 706, 0.25)},
+                                  257),
+                       BlockCosts(907, 287, 1.5, {SELECTIVE: Option(890, 907, 1.0)}, 1555)), 689, 737, 1.0)
+    assert sum(b.act + b.inp + b.beside for b in profile.blocks) == 4097 and R._units(profile, 4096) == 2
+    assert R.least_budget(profile) == R.least_budget(profile, 4096) == 2464 and R.least_budget(profile, 4097) == 2462
+    assert R.best_plan(profile, 2463) is None is R.plan_blocks(profile, 2463)
+    assert R.best_plan(profile, 2463, 4097) is not None
 
 
 def test_plan_for_is_best_plan_or_an_error_naming_the_least_budget_in_bytes_and_mebibytes():
@@ -292,3 +318,12 @@ def test_the_hidden_cases_alone_catch_each_promise_broken(bug):
             if hint in hints:
                 break
     assert hint in hints, (bug, hints)
+
+
+def test_every_planted_line_is_in_the_solution():
+    """The lines _edited replaces are the solution's own (a stale one would skip its test)."""
+    import nbformat
+
+    lab = next(lab for lab in LABS if lab.number == "07")
+    code = "".join(c.source for c in nbformat.read(lab.solution(ROOT), as_version=4).cells if c.cell_type == "code")
+    assert EDITED and all(line in code for line in EDITED), [line for line in EDITED if line not in code]

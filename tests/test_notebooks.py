@@ -137,7 +137,8 @@ WRONG_ANSWERS = {  # solution -> [(text in the answer, the wrong text, the check
     "06_pitfalls": [("    differ = bits(a) != bits(b)", "    differ = a != b", "ex_6_1"),
                     ("            bn.momentum, bn.num_batches_tracked = 0.0, None\n", "", "ex_6_2"),
                     ('and c.peak_bytes <= s.budget]', 'and c.predicted_bytes <= s.budget]', "ex_6_3")],
-    "07_capstone": [("    top = (budget - profile.base) // unit", "    top = budget // unit", "ex_7_1")],
+    "07_capstone": [("    top = (budget - profile.base) // unit", "    top = budget // unit", "ex_7_1"),
+                    ("if profile.floor > budget or profile.base > budget:", "if profile.floor > budget:", "ex_7_1")],
 }
 
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from labkit.plans import RECOMPUTE, SCHEMES, Profile, Step, check_budget, peak_of, scheme_plan, seconds_of
+from labkit.plans import RECOMPUTE, SCHEMES, Profile, Step, peak_of, scheme_plan, seconds_of
 
 
 # Exercise 7.1: the planner  (solutions/07_capstone.ipynb, cell c008)
@@ -83,6 +83,9 @@ def plan_blocks(profile: Profile, budget: int, most: int = 4096) -> list[Step] |
 
 
 # Given, section "Exercise 7.1: the planner"  (solutions/07_capstone.ipynb, cell c011)
+from labkit.plans import check_budget  # plan_for refuses a budget that is not a positive int
+
+
 def fixed_plans(profile: Profile) -> list[list[Step]]:
     """The fixed schemes of labs 02-04 (labkit.plans.SCHEMES) as plans of the profile's blocks, those it has."""
     plans = [scheme_plan(name, len(profile.blocks)) for name in SCHEMES]
