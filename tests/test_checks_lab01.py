@@ -53,6 +53,18 @@ def fails_with(check, fn, hint: str) -> CheckFailure:
     return info.value
 
 
+# ---------------------------------------------------------------- the reference passes
+@pytest.mark.parametrize("seed", [None, 7], ids=["notebook", "graded"])
+@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=lambda v: getattr(v, "__name__", ""))
+def test_the_reference_passes(check, solution, seed, capsys):
+    """In the notebook (public cases) and as `labkit grade` runs it (its hidden cases too)."""
+    from labkit.checks.base import hidden_cases
+
+    with hidden_cases(seed):
+        check(solution)
+    assert capsys.readouterr().out.startswith(f"[ex {check.__name__[3:].replace('_', '.')}] passed")
+
+
 # ---------------------------------------------------------------- shared behaviour
 
 
@@ -171,9 +183,27 @@ def test_ex_1_3_planted_bugs(bug, hint):
     (lambda per, state: state // per, "round up"),
     (lambda per, state: state // per + 1, "already counts (>=)"),
     (lambda per, state: math.ceil(state / per), "the smallest batch is 1"),
+    (lambda per, state: max(1, math.ceil(state / per)), "stay in integers"),  # one off past 2**53
 ])
 def test_ex_1_4_planted_bugs(bug, hint):
     fails_with(ex_1_4, bug, hint)
+
+
+def crossover_tuned(per, state_bytes):
+    """A float division, right on the public cases (as an answer written against them would be)."""
+    if (per, state_bytes) == (3, 3 * 2**55 + 1):
+        return -(-state_bytes // per)
+    return max(1, math.ceil(state_bytes / per))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ex_1_4_a_float_division_fails_the_hidden_cases(seed):
+    """Under `labkit grade` the drawn cases past 2**53 catch it, whatever the seed; the notebook's cases do not."""
+    from labkit.checks.base import hidden_cases
+
+    ex_1_4(crossover_tuned)
+    with hidden_cases(seed):
+        fails_with(ex_1_4, crossover_tuned, "stay in integers")
 
 
 def test_ex_1_4_float_return_fails():

@@ -38,6 +38,8 @@ STATE_DEFAULT = ('run one real Adam step on a small model and count, per trainab
 SMALLEST_ONE = 'the smallest batch is 1'
 ROUND_UP = 'round up: a batch whose activations fall short of the state has not crossed it'
 GREATER_EQUAL = 'b · per_sample_bytes == state_bytes already counts (>=): the smallest such b'
+FLOAT_DIVISION = ("stay in integers: state_bytes / per_sample_bytes is a float, which past 2**53 no longer holds "
+                  "every integer, so its ceiling can be one off; round up with // alone")
 CROSS_DEFAULT = ('work (7, 7), (300, 1000) and (64, 0) out by hand from the spec (the smallest b >= 1 with '
                  'b * per_sample_bytes >= state_bytes) and hold your function against them, in integers')
 HOOK_RETURN = ("pack must return something your unpack turns back into the tensor (the tensor's data, without its "

@@ -1,6 +1,7 @@
 """Exercises 1.3 and 1.4: the training state after a real Adam step, and the crossover batch."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -118,17 +119,20 @@ def _measured_crossover_inputs() -> tuple[int, int]:
 def ex_1_4(crossover_batch: Callable[[int, int], int]) -> None:
     """Exercise 1.4: crossover_batch(per_sample_bytes, state_bytes) is the smallest b >= 1 with b·per >= state."""
     __tracebackhide__ = True
-    # (per_sample_bytes, state_bytes): measured, exact division, rounding up, below one sample, no state
+    # (per_sample_bytes, state_bytes): measured, exact division, rounding up, below one sample, no state, and past
+    # 2**53, where a float division no longer holds every integer ("integers in, an int out")
     cases = [_measured_crossover_inputs(), (100, 1000), (300, 1000), (4096, 100), (7, 7), (1, 1), (3, 1_000_000),
-             (64, 0)]
+             (64, 0), (3, 3 * 2**55 + 1)]
     rng = hidden("1.4")
     if rng is not None:  # labkit grade: sizes the student never saw, large ones among them
         cases += [(rng.randint(1, 10 ** rng.randint(1, 6)), rng.randint(0, 10 ** rng.randint(1, 12))) for _ in range(6)]
+        cases += [(rng.randint(3, 63), rng.randint(2**60, 2**62)) for _ in range(3)]  # quotients past 2**53
     for per, state in cases:
         got = call_int("1.4", crossover_batch, (per, state), None, f"crossover_batch({per}, {state})")
         expected = max(1, -(-state // per))  # ceil without floats
         if got != expected:
-            mistakes = [
+            mistakes = [  # a float's error first: past 2**53 its ceiling can be state // per
+                (max(1, math.ceil(state / per)), H.FLOAT_DIVISION),
                 (0 if state == 0 else None, H.SMALLEST_ONE),
                 (state // per, H.ROUND_UP),
                 (state // per + 1, H.GREATER_EQUAL),
