@@ -19,6 +19,15 @@ from labkit.reference.recompute import (
 )
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
+# Checker strength (docs/maintainers.md, "Checker strength"): tools/mutants.py labkit/reference/recompute.py
+# tests/test_checks_lab02.py, --sample 10 --seed 1 and --sample 30 --seed 2 (all 23 mutants). The survivors on a
+# CPU, read, GPU-only:
+# - restored_rng, `torch.cuda.set_rng_state(cuda_state, device)` deleted, and stash_rng, `a.device.index or 0` ->
+#   `or 1`: test_cuda_generator_and_autocast_are_checked holds both on one GPU (the replayed CUDA draw differs;
+#   device 1 does not exist there).
+# - stash_rng, `a.device.index or 0` -> `and 0`: device 0's generator stashed for an input on another device; the
+#   same on one GPU, and test_the_generator_of_the_input_s_own_device_is_checked holds it on two.
+
 
 def _fails(check, *args) -> CheckFailure:
     with pytest.raises(CheckFailure) as info:
@@ -28,6 +37,14 @@ def _fails(check, *args) -> CheckFailure:
 
 
 # ---------------------------------------------------------------- the reference passes
+@pytest.mark.parametrize("check, args", [
+    (checks.ex_2_1, (Recompute,)), (checks.ex_2_2, (stash_rng, restored_rng, RecomputeRNG)),
+    (checks.ex_2_3, (stash_autocast, restored_autocast)), (checks.ex_2_4, (ref.checkpoint,)),
+    (checks.ex_2_5, (ref.checkpoint_hooks,)),
+], ids=["2.1", "2.2", "2.3", "2.4", "2.5"])
+def test_the_reference_passes(check, args, capsys):
+    check(*args)
+    assert capsys.readouterr().out.startswith(f"[ex {check.__name__[3:].replace('_', '.')}] passed")
 
 
 @pytest.mark.parametrize("check, reentrant", [(checks.ex_2_4, True), (checks.ex_2_5, False)], ids=["2.4", "2.5"])
@@ -406,6 +423,15 @@ def restored_autocast_never_left(state):
     yield
 
 
+@contextmanager
+def restored_autocast_cache_on(state):
+    """cache_enabled is not passed on: the weight-cast cache is on whatever the forward ran with."""
+    with ExitStack() as stack:
+        for device, (enabled, dtype) in state.settings.items():
+            stack.enter_context(torch.autocast(device, dtype=dtype, enabled=enabled))
+        yield
+
+
 def restored_autocast_plain_function(state):
     """Not a context manager."""
     torch.set_autocast_enabled("cpu", True)
@@ -424,6 +450,7 @@ def _autocast_off_after_each_test():
     ((stash_autocast, restored_autocast_always_on), "enabled=that", "without autocast"),
     ((stash_autocast, restored_autocast_never_left), "leaving the block", "after the with-block"),
     ((stash_autocast, restored_autocast_plain_function), "@contextmanager", "restored_autocast(s)"),
+    ((stash_autocast, restored_autocast_cache_on), "weight-cast cache", "cache_enabled=False"),
 ])
 def test_ex_2_3_catches(args, keyword, what):
     err = _fails(checks.ex_2_3, *args)
@@ -586,8 +613,11 @@ def test_ex_2_4_catches(bug, keyword, what):
 
 # ---------------------------------------------------------------- planted bugs of Exercise 2.5
 def _hooks(fn, args, kwargs, *, replay=True, keep=False, grad=True, once=True, fork=True, pop=True,
-           through_autograd=True, per_task=True, autocast=True, exact=True):
+           through_autograd=True, per_task=True, autocast=True, exact=True, rerun_kwargs=True, frozen=True):
     """checkpoint_hooks with one piece switchable off."""
+    if not frozen and not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        with torch.no_grad():  # "no input requires grad: nothing to differentiate", as the reentrant design warns
+            return fn(*args, **kwargs)
     rng, amp = stash_rng(*args), stash_autocast(*args)
     saved = save_inputs([a for a in args if isinstance(a, torch.Tensor)]) if through_autograd else None
     rebuilt = {}
@@ -610,7 +640,7 @@ def _hooks(fn, args, kwargs, *, replay=True, keep=False, grad=True, once=True, f
                 torch.autograd.graph.saved_tensors_hooks(
                     lambda t: kept.setdefault(len(kept), t.detach() if exact else t.detach().half().float()),
                     lambda _: None):
-            fn(*inputs, **kwargs)
+            fn(*inputs, **(kwargs if rerun_kwargs else {}))
         return kept
 
     def pack(t):
@@ -655,6 +685,8 @@ HOOK_BUGS = [
     (dict(per_task=False), "torch._C._current_graph_task_id()", "retain_graph=True"),
     (dict(autocast=False), "restored_autocast(state)", "forward under autocast"),
     (dict(exact=False), "i-th tensor the rerun saved", "no dropout: gradient of"),
+    (dict(rerun_kwargs=False), "keyword arguments must reach fn unchanged in the rerun", "shift=2.0"),
+    (dict(frozen=False), "no input requires grad", "requiring no grad"),
 ]
 
 
@@ -686,7 +718,8 @@ def test_each_planted_bug_has_its_own_hint():
     cases += [(checks.ex_2_3, a) for a in ((stash_autocast_no_dtype, restored_autocast),
                                            (stash_autocast, restored_autocast_nothing),
                                            (stash_autocast, restored_autocast_always_on),
-                                           (stash_autocast, restored_autocast_never_left))]
+                                           (stash_autocast, restored_autocast_never_left),
+                                           (stash_autocast, restored_autocast_cache_on))]
     cases += [(checks.ex_2_4, (b,)) for b in (checkpoint_everything_through_apply, checkpoint_never_warns,
                                               checkpoint_without_rng, checkpoint_without_autocast,
                                               checkpoint_closes_over_args, checkpoint_without_refusal)]
@@ -758,3 +791,18 @@ def test_cuda_generator_and_autocast_are_checked():
     assert "torch.cuda.get_rng_state" in err.hint, err
     err = _fails(checks.ex_2_3, stash_autocast_cpu_only, restored_autocast)
     assert "every device type" in err.hint, err
+
+
+def stash_rng_device_zero(*args):
+    """The CUDA generator of device 0, whatever device the inputs are on."""
+    cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+    return ref.RNGState(torch.get_rng_state(), {0: torch.cuda.get_rng_state(0)} if cuda else {})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_the_generator_of_the_input_s_own_device_is_checked():
+    checks.ex_2_2(stash_rng, restored_rng, RecomputeRNG)
+    err = _fails(checks.ex_2_2, stash_rng_device_zero, restored_rng, RecomputeRNG)
+    assert "torch.cuda.get_rng_state" in err.hint and f"cuda:{torch.cuda.device_count() - 1}" in err.what, err
+

@@ -52,7 +52,8 @@ def _checkpoint_step(checkpoint: Callable[..., Any], p: float, kind: str, autoca
     same_step("2.4", what, (want, want_next), (net.grads(), got_next), hint, hint)
 
 
-def _non_tensor_step(checkpoint: Callable[..., Any]) -> None:
+def non_tensor_step(checkpoint: Callable[..., Any], ex: str = "2.4", hint: str = H.NON_TENSOR,
+                    name: str = "checkpoint") -> None:
     """checkpoint(fn, h, 0.5, s, True, None, shift=2.0): tensors and other arguments interleaved."""
     __tracebackhide__ = True
 
@@ -65,27 +66,27 @@ def _non_tensor_step(checkpoint: Callable[..., Any]) -> None:
         return net.w2(a) * shift
 
     args, kwargs = (0.5, True, None), {"shift": 2.0}
-    what = "checkpoint(fn, h, 0.5, s, True, None, shift=2.0)"
+    what = f"{name}(fn, h, 0.5, s, True, None, shift=2.0)"
     net = Net(torch.float32)
     torch.manual_seed(1)
     fn(net.pre(net.x), 0.5, net.s, True, None, shift=2.0).sum().backward()
     want = net.grads()
     net = Net(torch.float32)
     calls = Calls(fn)
-    with lab_trap("2.4", what, H.NON_TENSOR, known=()):
+    with lab_trap(ex, what, hint, known=()):
         torch.manual_seed(1)
         checkpoint(calls, net.pre(net.x), 0.5, net.s, True, None, shift=2.0).sum().backward()
     expected = ("tensor", args[0], "tensor", *args[1:])
     for i, (got_args, got_kwargs) in enumerate(zip(calls.args, calls.kwargs)):
         if got_args != expected or got_kwargs != kwargs:
             run = "forward" if i == 0 else "the recompute"
-            raise CheckFailure("2.4", f"{what}: arguments fn received in {run}", f"{expected} {kwargs}",
-                               f"{got_args} {got_kwargs}", H.NON_TENSOR)
+            raise CheckFailure(ex, f"{what}: arguments fn received in {run}", f"{expected} {kwargs}",
+                               f"{got_args} {got_kwargs}", hint)
     got = net.grads()
-    name = first_mismatch(want, got)
-    if name is not None:
-        raise CheckFailure("2.4", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]),
-                           H.NON_TENSOR)
+    mismatch = first_mismatch(want, got)
+    if mismatch is not None:
+        raise CheckFailure(ex, f"{what}: gradient of {mismatch}", show(want[mismatch]),
+                           show(got[mismatch], want[mismatch]), hint)
 
 
 def _check_refusal(checkpoint: Callable[..., Any]) -> None:
@@ -158,7 +159,7 @@ def ex_2_4(checkpoint: Callable[..., Any]) -> None:
         _checkpoint_step(checkpoint, P_DROP, "one")
         _checkpoint_step(checkpoint, P_DROP, "two")
         _checkpoint_step(checkpoint, P_DROP, "mixed")
-        _non_tensor_step(checkpoint)
+        non_tensor_step(checkpoint)
         _check_refusal(checkpoint)
         _check_warnings(checkpoint)
         _checkpoint_step(checkpoint, P_DROP, "one", autocast=True)

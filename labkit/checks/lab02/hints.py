@@ -63,6 +63,9 @@ AMP_ENABLED = ("stash whether autocast was on for each device type (torch can te
                "an autocast region")
 AMP_NOT_SET = ("restored_autocast must enter torch.autocast again, with the stashed dtype and on/off setting, for "
                "each stashed device type; ops inside the block ran in float32")
+AMP_CACHE = ("stash whether autocast's weight-cast cache was on (torch.is_autocast_cache_enabled(), the state's "
+             "cache_enabled) and pass it back to torch.autocast: a forward that ran without the cache reruns "
+             "without it")
 AMP_CUDA = ("stash the settings of every device type among the inputs (a.device.type for each tensor), not only "
             "the CPU's, and re-enter torch.autocast for each")
 AMP_LEAVE = ("enter torch.autocast as a context manager (an ExitStack holds several) so that leaving the block "
@@ -113,6 +116,11 @@ HOOKS_INPUTS = ("keep fn's tensor inputs through autograd, with save_inputs(...)
                 "saved-tensor hooks (the ledger) see the inputs")
 HOOKS_PER_TASK = ("recompute once per backward: key what the rerun saved by torch._C._current_graph_task_id(), "
                   "so a second backward (retain_graph=True, or autograd.grad first) reruns fn for itself")
+HOOKS_ARGS = ("non-tensor arguments and keyword arguments must reach fn unchanged in the rerun too: put each saved "
+              "tensor back in its own place among the other arguments, and pass kwargs on")
+HOOKS_FROZEN = ("when no input requires grad (a frozen layer's output), fn's parameters still need their gradients, "
+                "which this design can give (the reentrant warning sends users here): keep the hooks and the rerun "
+                "whatever the inputs require, each input rerun requiring grad only if it did")
 HOOKS_AMP = ("stash_autocast(*args) in forward and rerun fn under restored_autocast(state): backward runs outside "
              "the forward's autocast region")
 

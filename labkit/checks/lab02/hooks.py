@@ -8,10 +8,11 @@ import torch
 
 from labkit.checks.base import CheckFailure, need_callable, passed
 from labkit.checks.lab02 import hints as H
+from labkit.checks.lab02.checkpoint import non_tensor_step
 from labkit.checks.lab02.common import from_scratch, lab_trap, prerequisites_first, same_step
 from labkit.checks.lab02.replay import ex_2_2, ex_2_3
 from labkit.checks.lab02.rig import (
-    P_DROP, Calls, Net, amp, dropout_label, kept_after_forward, loss_of, plain_step, recompute_census, show,
+    P_DROP, Alive, Calls, Net, amp, dropout_label, kept_after_forward, loss_of, plain_step, recompute_census, show,
 )
 from labkit.instruments import saved_tensors
 
@@ -101,6 +102,31 @@ def _check_inputs_saved(checkpoint_hooks: Callable[..., Any]) -> None:
                        "no error (gradients recomputed from the changed h)", H.HOOKS_INPUTS)
 
 
+def _check_frozen_inputs(checkpoint_hooks: Callable[..., Any]) -> None:
+    """No input requires grad (a frozen embedding's output), the parameters inside fn do: they get the plain
+    step's gradients, which the reentrant design cannot give (its warning sends users to checkpoint_hooks)."""
+    __tracebackhide__ = True
+    what = "checkpoint_hooks(fn, h, s), h and s requiring no grad (a frozen layer's outputs), fn's weights do"
+    net = Net(torch.float32)
+    loss_of(net.fn(net.pre(net.x).detach(), net.s.detach())).backward()
+    want = net.grads()
+    net = Net(torch.float32)
+    h, s = net.pre(net.x).detach(), net.s.detach()
+    with lab_trap("2.5", what, H.HOOKS_FROZEN, known=()):
+        with Alive(torch.float32, h, s, *net.parameters()) as alive:
+            out = checkpoint_hooks(net.fn, h, s)
+        kept = alive.alive_bytes(out)
+        loss_of(out).backward()
+    got = net.grads()
+    for name in (n for n in want if "inside fn" in n):
+        if got[name] is None or not torch.equal(got[name], want[name]):
+            raise CheckFailure("2.5", f"{what}: gradient of {name}", show(want[name]), show(got[name], want[name]),
+                               H.HOOKS_FROZEN)
+    if kept:
+        raise CheckFailure("2.5", f"{what}: bytes of fn's activations alive after forward", "0 B", f"{kept} B",
+                           H.HOOKS_FROZEN)
+
+
 def _check_memory(checkpoint_hooks: Callable[..., Any]) -> None:
     """After forward no activation of fn is alive but its output (the plain run keeps several)."""
     __tracebackhide__ = True
@@ -126,7 +152,10 @@ def ex_2_5(checkpoint_hooks: Callable[..., Any]) -> None:
         _hooks_step(checkpoint_hooks, P_DROP)
         _hooks_step(checkpoint_hooks, P_DROP, autocast=True)
         _check_second_backward(checkpoint_hooks)
+        non_tensor_step(checkpoint_hooks, "2.5", H.HOOKS_ARGS, "checkpoint_hooks")
+        _check_frozen_inputs(checkpoint_hooks)
         _check_inputs_saved(checkpoint_hooks)
     passed("2.5", "bitwise gradients with dropout and under autocast, also through torch.autograd.grad and a second "
-                  "backward; fn ran twice; no activation kept after forward, each released as backward used it; "
-                  "inputs saved through autograd")
+                  "backward, with non-tensor and keyword arguments, and with inputs that require no grad; fn ran "
+                  "twice; no activation kept after forward, each released as backward used it; inputs saved through "
+                  "autograd")

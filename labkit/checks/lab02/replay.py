@@ -41,16 +41,19 @@ def _check_replay(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any
 
 
 def _check_cuda_replay(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any]) -> None:
-    """The same replay for a CUDA input and the CUDA generator (only where CUDA is present)."""
+    """The same replay for a CUDA input and its own device's generator: the first device's, and the last's where
+    there are several (only where CUDA is present)."""
     __tracebackhide__ = True
-    what = "s = stash_rng(x_cuda); a = torch.rand(3, device='cuda'); with restored_rng(s): b = torch.rand(3, ...)"
-    with lab_trap("2.2", what, H.RNG_SPEC):
-        state = stash_rng(torch.zeros(2, device="cuda"))
-        a = torch.rand(3, device="cuda")
-        with restored_rng(state):
-            b = torch.rand(3, device="cuda")
-    if not torch.equal(a, b):
-        raise CheckFailure("2.2", f"{what}: b", a.tolist(), b.tolist(), H.RNG_CUDA)
+    for device in sorted({0, torch.cuda.device_count() - 1}):
+        what = (f"s = stash_rng(x on cuda:{device}); a = torch.rand(3, device='cuda:{device}'); "
+                "with restored_rng(s): b = torch.rand(3, ...)")
+        with lab_trap("2.2", what, H.RNG_SPEC):
+            state = stash_rng(torch.zeros(2, device=f"cuda:{device}"))
+            a = torch.rand(3, device=f"cuda:{device}")
+            with restored_rng(state):
+                b = torch.rand(3, device=f"cuda:{device}")
+        if not torch.equal(a, b):
+            raise CheckFailure("2.2", f"{what}: b", a.tolist(), b.tolist(), H.RNG_CUDA)
 
 
 def _rng_step(RecomputeRNG: type, p: float) -> None:
@@ -73,7 +76,7 @@ def ex_2_2(stash_rng: Callable[..., Any], restored_rng: Callable[..., Any], Reco
     need_callable("2.2", "stash_rng", stash_rng)
     need_callable("2.2", "restored_rng", restored_rng)
     need_function("2.2", "RecomputeRNG", RecomputeRNG)
-    cuda = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=cuda):
         _check_replay(stash_rng, restored_rng)
         if cuda:
@@ -109,6 +112,23 @@ def _check_autocast_on(stash_autocast: Callable[..., Any], restored_autocast: Ca
         after = torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype
         if after != torch.float32 or torch.is_autocast_enabled("cpu"):
             raise CheckFailure("2.3", f"{what}: a matmul after the with-block", torch.float32, after, H.AMP_LEAVE)
+
+
+def _check_autocast_cache(stash_autocast: Callable[..., Any], restored_autocast: Callable[..., Any]) -> None:
+    """Stashed with autocast's weight-cast cache off, restored: the cache is off inside, as before after."""
+    __tracebackhide__ = True
+    what = ("s = stash_autocast(x) under torch.autocast('cpu', dtype=torch.bfloat16, cache_enabled=False); then, "
+            "outside it, with restored_autocast(s): torch.is_autocast_cache_enabled()")
+    with lab_trap("2.3", what, H.AMP_SPEC), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        state = stash_autocast(torch.zeros(2))
+    before = torch.is_autocast_cache_enabled()
+    with lab_trap("2.3", what, H.AMP_SPEC, (("context manager", H.AMP_CONTEXT),)), restored_autocast(state):
+        inside = torch.is_autocast_cache_enabled()
+    if inside:
+        raise CheckFailure("2.3", what, False, inside, H.AMP_CACHE)
+    if torch.is_autocast_cache_enabled() != before:
+        raise CheckFailure("2.3", f"{what}, after the with-block", before, torch.is_autocast_cache_enabled(),
+                           H.AMP_LEAVE)
 
 
 def _check_autocast_off(stash_autocast: Callable[..., Any], restored_autocast: Callable[..., Any]) -> None:
@@ -162,7 +182,8 @@ def ex_2_3(stash_autocast: Callable[..., Any], restored_autocast: Callable[..., 
     with _autocast_kept():
         _check_autocast_on(stash_autocast, restored_autocast)
         _check_autocast_off(stash_autocast, restored_autocast)
+        _check_autocast_cache(stash_autocast, restored_autocast)
         if torch.cuda.is_available():
             _check_autocast_cuda(stash_autocast, restored_autocast)
-    passed("2.3", "restored_autocast re-enters the stashed autocast (bfloat16, float16, or off) and restores "
-                  "the settings after its block")
+    passed("2.3", "restored_autocast re-enters the stashed autocast (bfloat16, float16, or off; its cache on or off) "
+                  "and restores the settings after its block")
