@@ -125,7 +125,10 @@ WRONG_ANSWERS = {  # solution -> [(text in the answer, the wrong text, the check
     "02_recompute": [("        torch.set_rng_state(state.cpu)\n", "", "ex_2_2"),
                      ("return rebuilt[task].pop(index)", "return rebuilt[task][index]", "ex_2_5")],
     "03_sqrt_n": [("bounds = [i * n // segments for i in range(segments + 1)]",
-                   "bounds = [i * (n // segments) for i in range(segments)] + [n]", "ex_3_1")],
+                   "bounds = [i * (n // segments) for i in range(segments)] + [n]", "ex_3_1"),
+                  ("top = room // unit", "top = -(-room // unit)", "ex_3_4"),  # issue 50: the budget rounded up
+                  ("need = np.maximum.accumulate(np.where(js > s, x[js], 0) + f[js])",
+                   "need = np.maximum.accumulate(f[js])", "ex_3_5")],  # issue 50: an F's input left out
     "04_selective": [("leaves, spec = self.kept.pop(key)", "leaves, spec = self.kept[key]", "ex_4_1"),
                      ("key=lambda r: -keep_bytes(r) / max(r.seconds, 1e-12))",  # ties toward the later op
                       "key=lambda r: keep_bytes(r) / max(r.seconds, 1e-12))[::-1]", "ex_4_2"),

@@ -233,16 +233,30 @@ def other_ops(n: int, chain_costs: Any) -> list[tuple[str, list]]:
                   for b in sorted({low + (high - low) * k // 3 for k in range(4)})]
 
 
+def budget_sources(least: int, top: int, others: Sequence[tuple[str, int]]) -> dict[int, list[str]]:
+    """Why lab 03 runs the optimum at each budget: "sweep k/5" for the six from the least that fits (0/5) to
+    storing everything (`top`, 5/5), and "NAME's peak" for each other schedule (name, peak) whose peak it is."""
+    out: dict[int, list[str]] = {}
+    for k in range(6):
+        out.setdefault(least + (top - least) * k // 5, []).append(f"sweep {k}/5")
+    for name, peak in others:
+        label = f"{name}'s peak"
+        if label not in out.setdefault(peak, []):
+            out[peak].append(label)
+    return out
+
+
 def optimal_budgets(least: int, top: int, peaks: Sequence[int]) -> list[int]:
     """The budgets lab 03 runs the optimum at: six from the least that fits to storing everything (`top`), and
     each other schedule's peak."""
-    return sorted({least + (top - least) * k // 5 for k in range(6)} | set(peaks))
+    return sorted(budget_sources(least, top, [("", peak) for peak in peaks]))
 
 
 def optimal_rows(chain: nn.Sequential, x: torch.Tensor, repeats: int = 3) -> dict[str, Any]:
     """Lab 03's recursion, √n segments (k = 2, √n, n/2) and the one-level planner (four budgets) as ops, and the
     optimal persistent schedule at six budgets from the least that fits to storing everything and at each of
-    theirs' peak, each run by run_ops: its measured and predicted peaks, its forward cost (in forward passes,
+    theirs' peak (each optimal row's "at" says which: "sweep k/5", "NAME's peak"; None on the other rows), each
+    run by run_ops: its measured and predicted peaks, its forward cost (in forward passes,
     from the profile's per-layer seconds) and whether its gradients are the plain chain's, bitwise; and
     whether the optimum at every other schedule's peak costs no more than it; and the profile (`costs`). The
     optimum's tables are filled once, at storing everything's peak, and read back at every budget."""
@@ -271,10 +285,10 @@ def optimal_rows(chain: nn.Sequential, x: torch.Tensor, repeats: int = 3) -> dic
     top = P.simulate(P.store_all(n), costs)[0]
     tables = P.tables_for(costs, top)  # one fill for every budget below (a fill each: 13, 5 s each at n = 128)
     least = tables.least()
-    budgets = optimal_budgets(least, top, [r["measured_peak"] for r in rows])
-    mine = {b: run("optimal", tables.ops(b), b) for b in budgets}
+    sources = budget_sources(least, top, [(r["name"], r["measured_peak"]) for r in rows])
+    mine = {b: {**run("optimal", tables.ops(b), b), "at": ", ".join(sources[b])} for b in sorted(sources)}
     bounded = all(mine[r["measured_peak"]]["cost"] <= r["cost"] * (1 + 1e-12) for r in rows)
-    rows = [*mine.values(), *rows]
+    rows = [*mine.values(), *({**r, "at": None} for r in rows)]
     for r in rows:
         del r["cost"]
     return {"least_budget": least, "optimal_bounds_the_others": bounded, "rows": rows, "costs": costs,

@@ -50,7 +50,10 @@ def checkpoint_segments(layers: Sequence[Callable[[torch.Tensor], torch.Tensor]]
     layers[i*n//segments : (i+1)*n//segments]."""
     layers = check_chain(layers, "checkpoint_segments")
     n = len(layers)
-    if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= n:
+    if isinstance(segments, bool) or not isinstance(segments, int):
+        raise TypeError(f"checkpoint_segments: segments={segments!r} must be an int from 1 to {n}, "
+                        f"got {type(segments).__name__}")
+    if not 1 <= segments <= n:
         raise ValueError(f"checkpoint_segments: segments={segments!r} must be an int from 1 to {n} "
                          f"(the number of layers)")
     bounds = [i * n // segments for i in range(segments + 1)]
