@@ -517,6 +517,13 @@ def checkpoint_warns_here(fn, *args, **kwargs):
     return checkpoint_never_warns(fn, *args, **kwargs)
 
 
+def checkpoint_warns_too_far_up(fn, *args, **kwargs):
+    """The warning points past the caller, at the caller's caller (stacklevel=3)."""
+    if torch.is_grad_enabled() and not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        warnings.warn(ref.NO_GRAD_INPUTS, stacklevel=3)
+    return checkpoint_never_warns(fn, *args, **kwargs)
+
+
 def checkpoint_without_rng(fn, *args, **kwargs):
     """Recompute.apply instead of RecomputeRNG.apply."""
     where, tensors = _split(args)
@@ -595,6 +602,7 @@ def _in_namespace(fn, **names):
     (checkpoint_warns_always, "none of them does", "s requires grad"),
     (checkpoint_warns_under_no_grad, "torch.is_grad_enabled()", "under torch.no_grad()"),
     (checkpoint_warns_here, "stacklevel=2", "where the warning points"),
+    (checkpoint_warns_too_far_up, "stacklevel=2", "where the warning points"),
     (checkpoint_without_rng, "use RecomputeRNG.apply", "dropout p=0.5"),
     (checkpoint_without_autocast, "restored_autocast(state) inside run", "forward under autocast"),
     (checkpoint_closes_over_args, "not the ones checkpoint was called with", "tensors fn received"),

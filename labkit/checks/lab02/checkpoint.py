@@ -110,12 +110,19 @@ def _check_refusal(checkpoint: Callable[..., Any]) -> None:
 
 
 def _warnings_of(checkpoint: Callable[..., Any], fn: Callable[..., Any], *args: Any) -> list[warnings.WarningMessage]:
-    """Warnings checkpoint(fn, *args) emits; the call is on a line of this file, for stacklevel=2."""
+    """Warnings checkpoint(fn, *args) emits, called from _caller's one line, where stacklevel=2 points."""
     __tracebackhide__ = True
     with warnings.catch_warnings(record=True) as caught, lab_trap("2.4", f"checkpoint(fn, {_names(args)})", H.WARN):
         warnings.simplefilter("always")
-        checkpoint(fn, *args)
+        _caller(checkpoint, fn, *args)
     return [w for w in caught if "requires_grad" in str(w.message) and issubclass(w.category, UserWarning)]
+
+
+def _caller(checkpoint: Callable[..., Any], fn: Callable[..., Any], *args: Any) -> Any:
+    return checkpoint(fn, *args)  # the caller's line: a warning with stacklevel=2 names this one, and only this
+
+
+CALLER_LINE = _caller.__code__.co_firstlineno + 1
 
 
 def _names(args: tuple[Any, ...]) -> str:
@@ -144,7 +151,7 @@ def _check_warnings(checkpoint: Callable[..., Any]) -> None:
             raise CheckFailure("2.4", f"{what}: warnings", "none", str(caught[0].message)[:80],
                                H.WARN_GRAD_MODE if no_grad else H.WARN_ANY)
     caught = _warnings_of(checkpoint, net.fn, torch.randn(B, D), net.s.detach())
-    if os.path.abspath(caught[0].filename) != os.path.abspath(__file__):
+    if os.path.abspath(caught[0].filename) != os.path.abspath(__file__) or caught[0].lineno != CALLER_LINE:
         raise CheckFailure("2.4", "where the warning points", "the line that called checkpoint",
                            f"{os.path.basename(caught[0].filename)}:{caught[0].lineno}", H.STACKLEVEL)
 
