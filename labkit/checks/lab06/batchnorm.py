@@ -127,9 +127,8 @@ def _patched(batchnorm_once: Callable[..., Any], make: Callable[[], _Net], net: 
     return model
 
 
-def _steps(model: _Net, make: Callable[[], _Net], x: torch.Tensor, net: str) -> None:
-    """Hold the patched `model` to plain steps of an unpatched net from `make`, on `x`: plain, checkpointed once
-    (by the harness), and checkpointed twice in a row."""
+def _plain_steps(model: _Net, make: Callable[[], _Net], x: torch.Tensor, net: str) -> dict[str, torch.Tensor]:
+    """Two plain steps of the patched `model` end where two of an unpatched net do; their buffers."""
     __tracebackhide__ = True
     with trap("6.2", f"two plain training steps of the patched {net}", H.BN_SPEC):
         got = _buffers(_twice(copy.deepcopy(model), x, plain))
@@ -140,6 +139,13 @@ def _steps(model: _Net, make: Callable[[], _Net], x: torch.Tensor, net: str) -> 
             hint = H.BN_RESTORE if d.detail == "" and "num_batches" in name and d.max_abs == 1 else H.BN_ALWAYS
             raise CheckFailure("6.2", f"after two plain training steps of the patched {net}",
                                f"{name} as without the patch", str(d), hint)
+    return want
+
+
+def _one_step(model: _Net, x: torch.Tensor, net: str) -> None:
+    """One checkpointed step of the patched `model` is the plain step, under both checkpoints (by the harness),
+    every BatchNorm still training and tracking in the rerun."""
+    __tracebackhide__ = True
     seen = _spy(model)
     reports = {}
     for kind, wrap in SCHEMES.items():
@@ -161,9 +167,16 @@ def _steps(model: _Net, make: Callable[[], _Net], x: torch.Tensor, net: str) -> 
                            "every buffer bitwise equal", str(reports["non-reentrant"].failures[0]), H.BN_DETECT)
     for kind, report in reports.items():
         _judge(f"a step of the {net} under the {kind} checkpoint, against a plain step", report, kinds)
-    # and the rerun's change is undone: two checkpointed steps in a row end where two plain ones do
+
+
+def _two_steps(model: _Net, make: Callable[[], _Net], x: torch.Tensor, want: dict[str, torch.Tensor],
+               net: str) -> None:
+    """The rerun's change is undone: two checkpointed steps in a row end where two plain ones do (`want`), every
+    momentum as it was."""
+    __tracebackhide__ = True
     for kind, wrap in SCHEMES.items():
-        after = _twice(copy.deepcopy(model), x, per_block(wrap))
+        with trap("6.2", f"two steps of the {net} under the {kind} checkpoint", H.BN_SPEC):
+            after = _twice(copy.deepcopy(model), x, per_block(wrap))
         for (name, bn), (_, before) in zip(_batchnorms(after), _batchnorms(make())):
             if bn.momentum != before.momentum:
                 raise CheckFailure("6.2", f"{name}.momentum after two steps of the {net} under the {kind} checkpoint",
@@ -206,6 +219,9 @@ def ex_6_2(batchnorm_once: Callable[..., Any]) -> None:
     __tracebackhide__ = True
     need_callable("6.2", "batchnorm_once", batchnorm_once)
     for net, make, x in _public() + _hidden():
-        _steps(_patched(batchnorm_once, make, net), make, x, net)
+        model = _patched(batchnorm_once, make, net)
+        want = _plain_steps(model, make, x, net)
+        _one_step(model, x, net)
+        _two_steps(model, make, x, want, net)
     passed("6.2", "every BatchNorm (1d and 2d, momentum=None, one module in two blocks) updates its statistics "
                   "once per step, under both of PyTorch's checkpoints and without one, step after step")
