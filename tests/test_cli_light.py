@@ -141,3 +141,26 @@ def test_the_gpu_check_is_a_maintainers_tool_outside_the_package_the_command_sti
     done = subprocess.run([sys.executable, "-m", "labkit", "gpu-check", "--list"], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert done.returncode == 0 and done.stdout.startswith("meter ") and "lab07" in done.stdout, done.stderr
+
+
+def test_no_command_line_function_is_over_forty_lines():
+    """The command line parses and calls (labkit/cli/, one module per group of commands): what it runs lives
+    elsewhere, so no function of it needs more than 40 lines."""
+    import ast
+
+    long = []
+    for path in sorted([*(ROOT / "labkit" / "cli").glob("*.py"), ROOT / "labkit" / "__main__.py"]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 40:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}")
+    assert long == []
+
+
+def test_grade_merge_is_a_command_of_its_own_with_its_own_help():
+    done = subprocess.run([sys.executable, "-m", "labkit", "grade", "merge", "--help"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: python -m labkit grade merge"), done.stderr
+    assert "--labs" not in done.stdout and "--unsigned" in done.stdout
+    typo = subprocess.run([sys.executable, "-m", "labkit", "grade", "merge", "p.csv", "--outt", "x"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert typo.returncode == 2 and "unrecognized arguments: --outt x" in typo.stderr  # not grading's: argparse's

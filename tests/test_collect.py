@@ -4,6 +4,7 @@ so that `labkit grade` gives every student a row (bars/grade-collect, bars/colle
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import pytest
 
 from labkit.course import collect
 from labkit.course.grade import files, grader, report, sandbox
+from labkit.course.grade.options import Limits, Options
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = "02_recompute.ipynb"
@@ -625,13 +627,13 @@ def test_students_with_nothing_fall_in_their_part_and_every_part_names_the_whole
     for name in ("ann", "ben", "cat", "dan", "eve", "fox"):
         (homes / name).mkdir(parents=True)
     collect.collect([f"{homes}/*"], out, labs=["02"], own=[])
-    run = dict(root=ROOT, paths=[out], labs=["02"], limits=grader.LIMITS, jobs=1, hidden=[], use_sandbox=False,
-               progress=False, seed=1)
-    whole = grader.grade(**run)
+    run = Options((out,), ("02",), Limits(seed=1), sandbox=False, progress=False, root=ROOT)
+    whole = grader.run(run).rows
     parts, rosters, students = [], [], []
     for k in (0, 1):
-        rosters.append([])
-        part = grader.grade(**run, shard=(k, 2), roster=rosters[-1])
+        book = grader.run(dataclasses.replace(run, shard=(k, 2)))
+        part = book.rows
+        rosters.append(book.roster)
         parts += part
         students.append({r.student for r in part})
     assert all(students) and not students[0] & students[1], students  # two parts, each of its own students

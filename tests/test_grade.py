@@ -23,6 +23,7 @@ import torch
 from labkit.checks import base, lab00
 from labkit.course.catalog import LABS
 from labkit.course.grade import bench, files, grader, guard, report, sandbox, wire
+from labkit.course.grade.options import Limits, Options
 from labkit.course.grade.rebuild import Pristine, definitions, program, rebuild, scan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -562,7 +563,7 @@ def test_a_file_named_like_one_lab_graded_holding_another_s_is_refused_under_its
     lab03 = answered(lab="03")
     wrong = save(lab03, tmp_path / "alice" / "02_recompute.ipynb")
     right = save(lab03, tmp_path / "alice" / "03_sqrt_n.ipynb")
-    grade = grader.Grader(ROOT, ["02", "03"], dict(grader.LIMITS, seed=1), 1, [], use_sandbox=False)
+    grade = grader.Grader(Options((), ("02", "03"), Limits(seed=1), sandbox=False, root=ROOT), [])
     try:
         lab, why = grade.identify(nbformat.read(wrong, as_version=4), wrong)
         assert lab == "02" and "the notebook of Lab 03 (03_sqrt_n.ipynb), not Lab 02" in why, (lab, why)

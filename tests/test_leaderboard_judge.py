@@ -24,7 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.course.grade import grader, judge, leaderboard, sandbox
+from labkit.course.grade import grader, judge, leaderboard, messages, sandbox
+from labkit.course.grade.options import Limits, Options
 from labkit.plans import BlockCosts, Profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +44,7 @@ class _Box:
     def send(self, message: dict) -> None:
         self.sent.append(message)
 
-    def from_child(self) -> dict:
+    def from_child(self, ops=None) -> dict:
         self.ended = {"op": "ended", "how": "timeout", "status": -9}
         raise judge.BoxGone("ended: timeout")
 
@@ -58,16 +59,16 @@ def test_a_submission_whose_grading_raises_is_its_own_error_and_the_judge_serves
         return {"7.1": judge.Outcome("passed", "[ex 7.1] passed", 1.0)}, ""
     monkeypatch.setattr(judge.Judge, "run", run)
     monkeypatch.setattr(sys, "stdout", sys.stdout)  # serve() points it at stderr
-    limits = {"cell_timeout": 60.0, "memory_gib": 1.0, "processes": 8, "notebook_timeout": 300.0}
-    lines = "".join(json.dumps({"argv": [], "job": {"n": n}, "limits": limits, "race": {"budgets": []}}) + "\n"
-                    for n in range(2))
+    limits = Limits(memory_gib=1.0, processes=8, seed=1).as_json()
+    lines = "".join(json.dumps(messages.make(messages.REQUESTS, "grade", job={"n": n}, limits=limits, cpus=None, argv=[],
+                                             env=None, cwd=None, race={"budgets": []})) + "\n" for n in range(2))
     out = io.StringIO()
     judge.serve(io.StringIO(lines), out)
     first, second = map(json.loads, out.getvalue().splitlines())
     assert first["outcomes"] == {} and "TypeError: Object of type Tensor" in first["ended"], first
     assert first["race"]["why"].startswith("not raced: ") and "TypeError" in first["race"]["why"]
-    assert second == {"outcomes": {"7.1": {"status": "passed", "message": "[ex 7.1] passed", "seconds": 1.0}},
-                      "ended": "", "race": {"budgets": []}}
+    assert second == {"op": "graded", "outcomes": {"7.1": {"status": "passed", "message": "[ex 7.1] passed",
+                                                           "seconds": 1.0}}, "ended": "", "race": {"budgets": []}}
 
 
 def test_the_race_s_limit_grows_with_the_model_s_step_and_its_timeout_says_what_it_was(monkeypatch):
@@ -157,8 +158,8 @@ def at_raced(monkeypatch):
     probes, seen = [], []
     receive = judge._Channel.from_child
 
-    def from_child(self):
-        message = receive(self)
+    def from_child(self, ops):
+        message = receive(self, ops)
         if message.get("op") == "raced":
             seen.append([probe(self) for probe in probes])
         return message
@@ -173,7 +174,7 @@ def _request(grade: grader.Grader, nb: nbformat.NotebookNode, exercises: bool = 
     job_file = Path(tempfile.mkstemp(dir=grade.tmp / "jobs", suffix=".json")[1])
     job_file.write_text(json.dumps(job))
     job_file.chmod(0o644)
-    return {"job": job, "limits": grade.limits, "race": grade.race, **grade._command(leaderboard.LAB, job_file, 0)}
+    return grade.request(leaderboard.LAB, job, job_file, 0)
 
 
 @pytest.mark.slow
@@ -183,7 +184,7 @@ def test_a_plan_of_tensors_is_refused_and_a_process_left_behind_is_gone_when_the
     mark = str(tmp_path / "left")
     probes, seen = at_raced
     probes.append(lambda channel: _left_behind())
-    grade = grader.Grader(ROOT, [leaderboard.LAB], dict(grader.LIMITS, seed=1), 1, [], use_sandbox=False, race=race)
+    grade = grader.Grader(Options((), (leaderboard.LAB,), Limits(seed=1), sandbox=False, race=race, root=ROOT), [])
     monkeypatch.setattr(sys, "stdout", sys.stdout)  # serve() points it at stderr
     try:
         lines = "".join(json.dumps(_request(grade, nb, exercises)) + "\n" for nb, exercises in
@@ -222,7 +223,7 @@ def test_in_a_box_the_race_runs_with_no_process_of_the_box_but_its_own(race, at_
         send(self, message)
     monkeypatch.setattr(judge._Channel, "send", placing)
     probes.append(lambda channel: [p.poll() for p in placed])
-    grade = grader.Grader(ROOT, [leaderboard.LAB], dict(grader.LIMITS, seed=1), 1, [ROOT], race=race)
+    grade = grader.Grader(Options((), (leaderboard.LAB,), Limits(seed=1), race=race, root=ROOT), [ROOT])
     try:
         request = _request(grade, _lab07(), exercises=False)
         limits = request["limits"]
@@ -263,6 +264,11 @@ def _children() -> dict[int, list[int]]:
     return found
 
 
+# a request the judge answers with an error of its own (no worker to start)
+UNRUNNABLE = messages.make(messages.REQUESTS, "grade", job={"exercises": []}, limits=Limits(seed=1).as_json(), cpus=None,
+                           argv=["/nonexistent/worker"], env=None, cwd=None, race=None)
+
+
 def test_a_judge_that_died_is_replaced_and_the_next_submission_is_answered():
     """A judge process that died (killed, or crashed serving the previous submission) is never written to again:
     the slot starts a fresh one, and the next submission gets that judge's answer rather than an error."""
@@ -271,7 +277,7 @@ def test_a_judge_that_died_is_replaced_and_the_next_submission_is_answered():
         dead = slot.proc
         dead.kill()
         dead.wait()
-        answer = slot.grade({}, 120)  # a request the judge answers with an error of its own: it was served
+        answer = slot.grade(UNRUNNABLE, 120)  # a request the judge answers with an error of its own: it was served
         assert isinstance(answer, dict) and slot.proc is not dead and slot.proc.poll() is None
         slot.proc.kill()
         slot.proc.wait()
@@ -279,9 +285,9 @@ def test_a_judge_that_died_is_replaced_and_the_next_submission_is_answered():
         dead = slot.proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline()"],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         with pytest.raises(RuntimeError, match="stopped .* a new one grades the next"):
-            slot.grade({}, 120)
+            slot.grade(UNRUNNABLE, 120)
         assert slot.proc is not dead and slot.proc.poll() is None
-        assert isinstance(slot.grade({}, 120), dict)
+        assert isinstance(slot.grade(UNRUNNABLE, 120), dict)
         # a judge that closes its answer pipe and lives on: ended, not waited for (a wait would hold the slot)
         slot.proc.kill()
         slot.proc.wait()
@@ -292,7 +298,7 @@ def test_a_judge_that_died_is_replaced_and_the_next_submission_is_answered():
         signal.alarm(30)
         try:
             with pytest.raises(RuntimeError, match=r"exit status None.*a new one grades the next"):
-                slot.grade({}, 120)
+                slot.grade(UNRUNNABLE, 120)
         finally:
             signal.alarm(0)
         assert hung.poll() is not None and slot.proc.poll() is None
@@ -307,7 +313,7 @@ class _Answers(_Box):
         super().__init__()
         self.messages = list(messages)
 
-    def from_child(self) -> dict:
+    def from_child(self, ops=None) -> dict:
         if self.messages:
             return self.messages.pop(0)
         self.ended = {"op": "ended", "how": "exit", "status": 0}

@@ -192,11 +192,12 @@ def test_a_worker_without_a_box_is_never_told_it_is_in_one(monkeypatch):
     """The marker of a box (sandbox.BOX_OF) in the grader's own environment (a grader run inside a box, or a test's)
     does not reach a worker started with --no-sandbox: only Box.argv sets it."""
     from labkit.course.grade import grader
+    from labkit.course.grade.options import Limits, Options
     monkeypatch.setenv(sandbox.BOX_OF, os.readlink("/proc/self/ns/pid") if os.path.exists("/proc/self/ns/pid")
                        else "pid:[1]")
-    grade = grader.Grader(ROOT, ["02"], dict(grader.LIMITS, seed=1), 1, [], use_sandbox=False)
+    grade = grader.Grader(Options((), ("02",), Limits(seed=1), sandbox=False, root=ROOT), [])
     try:
         command = grade._command("02", ROOT / "job.json", 0)
     finally:
         grade.close()
-    assert sandbox.BOX_OF not in command["env"] and command["env"]["LABKIT_PROFILE"] == grade.limits["profile"]
+    assert sandbox.BOX_OF not in command["env"] and command["env"]["LABKIT_PROFILE"] == grade.limits.profile

@@ -11,6 +11,7 @@ student and exercise (report.py): passed, failed, not attempted, timeout, error,
 A class split across machines is graded in parts, chosen by the students' names, and joined (shards.py); lab
 07's planners are raced in their boxes and ranked (leaderboard.py).
 
-The run itself is grader.py. This package's own module imports nothing: the box imports guard.py and wire.py from
-it, and should not pay for what only the grader's side needs (nbformat alone costs a box a second).
+The run itself is grader.py (``run(Options) -> Gradebook``, options.py); what its processes say to each other,
+messages.py. This package's own module imports nothing: the box imports guard.py, messages.py and wire.py from it,
+and should not pay for what only the grader's side needs (nbformat alone costs a box a second).
 """

@@ -2,10 +2,10 @@
 
 A class of `count` submissions is made from Lab 02's student notebook, the answers taken from the solution by cell
 id: most solve every exercise, some leave one a stub, some answer 2.1 wrongly (`submission` says which), so that
-the run grades passes, failures and stubs alike. Each class is graded by `labkit.course.grade.grader.grade` as `python -m labkit grade`
-does (a box per submission, a judge per job slot), and timed from the call to its last row: wall-clock seconds of
-one run, the figure an instructor waits for. The verdicts are counted beside the times, so a fast run that graded
-wrongly shows.
+the run grades passes, failures and stubs alike. Each class is graded by `labkit.course.grade.grader.run` as
+`python -m labkit grade` does (a box per submission, a judge per job slot), and timed from the call to its last row:
+wall-clock seconds of one run, the figure an instructor waits for. The verdicts are counted beside the times, so a
+fast run that graded wrongly shows.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import nbformat
 
 from labkit.course.catalog import LABS
 from labkit.course.grade import sandbox
-from labkit.course.grade.grader import LIMITS, grade
+from labkit.course.grade import grader
+from labkit.course.grade.options import Limits, Options
 from labkit.course.grade.rebuild import Pristine
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -75,7 +76,7 @@ def grade_class(count: int, jobs: int, folder: Path, root: Path = ROOT) -> dict[
         nbformat.write(nb, folder / f"s{i:03d}" / _student(root).name)
         expected.update({(f"s{i:03d}", ex): v for ex, v in expect.items()})
     start = time.perf_counter()
-    rows = grade(root, [folder], [LAB], dict(LIMITS), jobs, [], progress=False, seed=0)
+    rows = grader.run(Options((folder,), (LAB,), Limits(seed=0), jobs, progress=False, root=root)).rows
     seconds = time.perf_counter() - start
     got = {(r.student, r.exercise): r.status for r in rows}
     return {"seconds": round(seconds, 1), "rows": len(rows), "as_expected": sum(got.get(k) == v for k, v in expected.items()),

@@ -1,15 +1,14 @@
 """The grading run: the pristine labs, a template kit per lab, the judges, one submission after another.
 
-`grade()` is `python -m labkit grade`: each returned file (files.py) is matched to its lab, rebuilt (rebuild.py) and
-sent, as a job, to a judge (judge.py), which runs it in a box (sandbox.py, worker.py); the rows come back
-(report.py).
+`run(Options) -> Gradebook` (options.py) is `python -m labkit grade`: each returned file (files.py) is matched to
+its lab, rebuilt (rebuild.py) and sent, as a job, to a judge (judge.py), which runs it in a box (sandbox.py,
+worker.py); the rows come back (report.py).
 """
 from __future__ import annotations
 
 import json
 import os
 import queue
-import secrets
 import select
 import shutil
 import site
@@ -24,15 +23,15 @@ from tqdm.auto import tqdm
 
 from labkit.course import release
 from labkit.course.catalog import LABS
-from labkit.course.grade import files, leaderboard, report, sandbox, shards
+from labkit.course.grade import files, leaderboard, messages, report, sandbox, shards
 from labkit.course.grade.rebuild import Pristine, match, program, rebuild
+from labkit.course.grade.options import Gradebook, Options
 from labkit.course.grade.report import Row
 from labkit.env import variables
 
 # seconds a judge may take beyond a notebook's limit and one exercise's (the limit is checked between exercises):
 # starting the box, ending it, decoding; past them the judge is ended
 JUDGE_MARGIN = 60.0
-LIMITS = {"cell_timeout": 60.0, "notebook_timeout": 300.0, "memory_gib": 4.0, "profile": "tiny", "processes": 64}
 
 
 class GradeError(ValueError):
@@ -53,13 +52,14 @@ class JudgeProcess:
                                 env=variables.for_child(os.environ, profile="tiny"))
 
     def grade(self, request: dict, seconds: float) -> dict:
-        """The judge's answer to `request`; past `seconds` the judge (and with it its box) is ended and a fresh one
+        """The judge's answer to `request` (messages.REQUESTS' "grade": held to it before it is sent, the answer to
+        ANSWERS' "graded" when it comes back); past `seconds` the judge (and with it its box) is ended and a fresh one
         takes the slot, so that no submission holds the class's run, whatever the judge was doing. A judge that
         died (before this request or while serving it) is replaced too: one submission never fails the next."""
         if self.proc.poll() is not None:
             self._restart()
         try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.write(json.dumps(messages.checked(messages.REQUESTS, request, ["grade"])) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             status = self._restart()
@@ -73,7 +73,10 @@ class JudgeProcess:
             status = self._restart()
             raise RuntimeError(f"the judge of slot {self.slot} stopped answering (exit status {status}, None: "
                                "it was still running and was ended); a new one grades the next")
-        return json.loads(line)
+        try:
+            return messages.checked(messages.ANSWERS, json.loads(line), ["graded"])
+        except ValueError as e:  # not JSON, or not an answer: a judge's bug, this submission's error
+            raise RuntimeError(f"the judge of slot {self.slot} answered out of protocol ({str(e)[:200]})") from None
 
     def _restart(self) -> int | None:
         """End this slot's judge (if it still runs: never waited for) and its boxes' groups, and start a fresh
@@ -98,23 +101,23 @@ class JudgeProcess:
 class Grader:
     """One grading run: the pristine labs, a template kit per lab, the box, the judges, the limits."""
 
-    def __init__(self, root: Path, labs: list[str], limits: dict, jobs: int, hidden: list[Path],
-                 use_sandbox: bool = True, executed: Path | None = None, seed: int | None = None,
-                 race: dict | None = None):
-        self.labs, self.limits, self.executed, self.jobs = labs, limits, executed, jobs
-        self.race, self.raced = race, {}  # the leaderboard's race (lab 07), and student -> what came of it
-        self.seed = secrets.randbelow(2**31) if seed is None else seed
+    def __init__(self, options: Options, hidden: list[Path]) -> None:
+        """The run `options` asks for, each box covering `hidden`."""
+        root, jobs, limits = options.root, options.jobs, options.limits
+        self.labs, self.limits, self.executed, self.jobs = list(options.labs), limits, options.executed, jobs
+        self.race, self.raced = options.race, {}  # the leaderboard's race (lab 07), and student -> what came of it
+        self.seed = limits.seed
         self.catalog = {lab.number: lab for lab in LABS}
         self.notebooks = {n: lab.student(root) for n, lab in self.catalog.items()}
         self.pristine = {n: Pristine.read(n, p) for n, p in self.notebooks.items()}
-        self.withheld = {lab: frozenset(m[:-3] for m in release.withheld(root, [lab])) for lab in labs}
+        self.withheld = {lab: frozenset(m[:-3] for m in release.withheld(root, [lab])) for lab in self.labs}
         self.tmp = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
         self.tmp.chmod(0o755)  # the box's uid reads the kits and jobs in here
-        self.templates = {lab: release.package(root, self.tmp / "kits" / lab, [lab]) for lab in labs}
+        self.templates = {lab: release.package(root, self.tmp / "kits" / lab, [lab]) for lab in self.labs}
         (self.tmp / "jobs").mkdir()
         threads = max(1, (os.cpu_count() or 1) // jobs)
-        self.box = sandbox.Box.make(root / "labkit", hidden + [self.tmp], threads, limits["profile"]) \
-            if use_sandbox else None
+        self.box = sandbox.Box.make(root / "labkit", hidden + [self.tmp], threads, limits.profile) \
+            if options.sandbox else None
         if self.box is not None:
             self.box.env.update(_imports(self.box.package))
         self.threads = threads
@@ -201,34 +204,40 @@ class Grader:
         job_file.chmod(0o644)
         judge = self.judges.get()
         try:
-            request = {"job": job, "limits": self.limits, "cpus": self.threads,  # the box's CPU share: watch.py
-                       **self._command(lab, job_file, judge.slot)}
-            if self.race is not None and lab == leaderboard.LAB:  # to the judge only: the box never reads the reference
-                request["race"] = self.race
-            race = 0.0 if "race" not in request else JUDGE_MARGIN + leaderboard.race_seconds(
-                self.race["step"], len(self.race["budgets"]), self.limits["cell_timeout"])  # the judge's own limit
-            answer = judge.grade(request, self.limits["notebook_timeout"] + self.limits["cell_timeout"] + JUDGE_MARGIN
+            request = self.request(lab, job, job_file, judge.slot)
+            race = 0.0 if request["race"] is None else JUDGE_MARGIN + leaderboard.race_seconds(
+                self.race["step"], len(self.race["budgets"]), self.limits.cell_timeout)  # the judge's own limit
+            answer = judge.grade(request, self.limits.notebook_timeout + self.limits.cell_timeout + JUDGE_MARGIN
                                  + race)
         finally:
             self.judges.put(judge)
             job_file.unlink(missing_ok=True)
-        if "race" in answer:
+        if answer["race"] is not None:
             self.raced[student] = answer["race"]
         if self.executed is not None:
             self._keep(student, lab, job, answer)
         return report.rows(student, lab, self.pristine[lab].exercises, answer["outcomes"], answer["ended"], flags,
                            dropped, lost)
 
+    def request(self, lab: str, job: dict, job_file: Path, slot: int) -> dict:
+        """The judge's request for one submission of `lab` (messages.REQUESTS' "grade"): its job, the limits, the
+        box's CPU share (watch.py), the worker's command line and, for lab 07 with a race, the race (to the judge
+        only: the box never reads the reference plans)."""
+        command = self._command(lab, job_file, slot)
+        race = self.race if self.race is not None and lab == leaderboard.LAB else None
+        return messages.make(messages.REQUESTS, "grade", job=job, limits=self.limits.as_json(), cpus=self.threads,
+                             argv=command["argv"], env=command.get("env"), cwd=command.get("cwd"), race=race)
+
     def _command(self, lab: str, job_file: Path, slot: int) -> dict:
         """The worker's command line, in its box (or, without one, on a copy of the kit in a folder of its own)."""
-        memory = str(int(self.limits["memory_gib"] * 2**30))
+        memory = str(int(self.limits.memory_gib * 2**30))
         if self.box is not None:
             inner = [sys.executable, str(self.box.package / "course" / "grade" / "worker.py"), sandbox.INNER_JOB,
                      "--memory", memory]
             return {"argv": self.box.argv(self.templates[lab], job_file, slot, inner)}
         kit = self.templates[lab]
         work = Path(tempfile.mkdtemp(prefix="run-", dir=self.tmp))
-        env = dict(variables.for_child(os.environ, profile=self.limits["profile"]),  # no box: never said to be one
+        env = dict(variables.for_child(os.environ, profile=self.limits.profile),  # no box: never said to be one
                    PYTHONPATH=str(kit.parent),
                    PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=str(self.threads), MPLBACKEND="Agg")
         return {"argv": [sys.executable, str(kit / "course" / "grade" / "worker.py"), str(job_file), "--memory", memory],
@@ -313,46 +322,56 @@ def _under(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def grade(root: Path, paths: list[Path], labs: list[str], limits: dict, jobs: int, hidden: list[Path],
-          use_sandbox: bool = True, executed: Path | None = None, progress: bool = True,
-          seed: int | None = None, shard: tuple[int, int] | None = None, race: dict | None = None,
-          raced: dict | None = None, roster: list[str] | None = None) -> list[Row]:
-    """Rows for every submission under `paths`, graded `jobs` at a time, in the gradebook's order (report.ordered);
-    with `shard` (K, N), only the students of part K of N (shards.part_of: named as in the whole class first); with
-    `race` (leaderboard.prepare's), each lab 07 planner raced too, what came of it put in `raced` by student; with
-    `roster` (a list), the name of every submission of the class, before the split, put in it (shards.facts)."""
-    returned = _class(paths, labs)
-    if use_sandbox:
+def run(options: Options) -> Gradebook:
+    """Grade the class `options` gives, `options.jobs` submissions at a time: every row, in the gradebook's order
+    (report.ordered); with a shard, only the students of its part (shards.part_of: named as in the whole class first);
+    with a race, each lab 07 planner raced too. A run that cannot start raises GradeError, naming why."""
+    returned = _class(list(options.paths), list(options.labs))
+    if options.sandbox:
         problem = sandbox.unusable()
         if problem:
             raise GradeError(f"{problem}; --no-sandbox grades without it, for notebooks you trust")
-    if executed is not None:
-        executed.mkdir(parents=True, exist_ok=True)  # made before the first box, so that every box has it covered
-    hidden = [h for h in hidden + [p if p.is_dir() else p.parent for p in paths] + ([executed] if executed else [])
-              if _coverable(h)]
-    grader = Grader(root, labs, limits, jobs, hidden, use_sandbox, executed, seed, race)
+    if options.executed is not None:
+        options.executed.mkdir(parents=True, exist_ok=True)  # made before the first box, so every box has it covered
+    grader = Grader(options, _hidden(options))
     try:
         problem = preflight(grader)
         if problem:
             raise GradeError(problem)
-        if roster is not None:
-            roster += [r.student for r in returned]  # the whole class: merge checks that the parts cover it
-        if shard is not None and shards.oversplit(shard, [r.student for r in returned]):
-            raise GradeError(shards.oversplit(shard, [r.student for r in returned]))
-        if shard is not None:
-            returned = [r for r in returned if shards.part_of(r.student, shard[1]) == shard[0]]
-        for r in returned:
-            if r.note:  # two files that would take one name: both graded, the second named apart
-                print(f"labkit grade: {r.note}", file=sys.stderr)
-        for link in files.linked_folders(paths):
-            print(f"labkit grade: {link} is a link to a folder, not searched (links are never followed): give the "
-                  "folder it points to, if it holds the class's notebooks", file=sys.stderr)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            results = pool.map(grader.grade, returned)
-            rows = [r for rs in tqdm(results, total=len(returned), desc="grading", unit="notebook",
-                                     disable=not progress) for r in rs]
+        roster = [r.student for r in returned]  # the whole class: merge checks that the parts cover it
+        rows = _graded(grader, _part(returned, options.shard), options)
     finally:
         grader.close()
-    if raced is not None:
-        raced.update(grader.raced)
-    return report.ordered(rows)
+    return Gradebook(report.ordered(rows), roster, grader.raced if options.race is not None else None)
+
+
+def _hidden(options: Options) -> list[Path]:
+    """What every box covers: what the options name, the class's folders and --executed, but /tmp (_coverable)."""
+    paths = list(options.paths)
+    hidden = [*options.hidden, *(p if p.is_dir() else p.parent for p in paths),
+              *([options.executed] if options.executed else [])]
+    return [h for h in hidden if _coverable(h)]
+
+
+def _part(returned: list[files.Returned], shard: tuple[int, int] | None) -> list[files.Returned]:
+    """The submissions of part K of N (all of them without a shard); N beyond the class is refused."""
+    if shard is None:
+        return returned
+    names = [r.student for r in returned]
+    if shards.oversplit(shard, names):
+        raise GradeError(shards.oversplit(shard, names))
+    return [r for r in returned if shards.part_of(r.student, shard[1]) == shard[0]]
+
+
+def _graded(grader: Grader, returned: list[files.Returned], options: Options) -> list[Row]:
+    """Every row of `returned`, graded options.jobs at a time; what the class's files could not say is said first."""
+    for r in returned:
+        if r.note:  # two files that would take one name: both graded, the second named apart
+            print(f"labkit grade: {r.note}", file=sys.stderr)
+    for link in files.linked_folders(list(options.paths)):
+        print(f"labkit grade: {link} is a link to a folder, not searched (links are never followed): give the "
+              "folder it points to, if it holds the class's notebooks", file=sys.stderr)
+    with ThreadPoolExecutor(max_workers=options.jobs) as pool:
+        results = pool.map(grader.grade, returned)
+        return [r for rs in tqdm(results, total=len(returned), desc="grading", unit="notebook",
+                                 disable=not options.progress) for r in rs]

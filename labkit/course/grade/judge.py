@@ -19,7 +19,7 @@ import pickle
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,8 @@ import torch
 
 from labkit.checks import base
 from labkit.course import catalog
-from labkit.course.grade import wire
+from labkit.course.grade import messages, wire
+from labkit.course.grade.options import Limits
 from labkit.course.grade.sandbox import Cgroups
 from labkit.course.grade.watch import Watch  # the box from outside: its memory, processes and CPU share
 from labkit.stubs import stub_message
@@ -59,30 +60,40 @@ class _Channel:
         self.ended: dict = {}  # the worker's report of how the last child ended
 
     def send(self, message: dict) -> None:
+        """Send `message`, one of messages.TO_BOX (held to it here: a bug of this side's fails before it leaves)."""
         try:
-            wire.send(self.to_box, message)
+            wire.send(self.to_box, messages.checked(messages.TO_BOX, message))
         except OSError as e:
             raise BoxGone(self.watch.why or f"the box closed its pipe ({e.strerror})") from None
 
     def receive(self) -> dict:
+        """The worker's next message, one of messages.FROM_BOX; BoxGone when there is none in time or it breaks
+        the protocol."""
         try:
-            return wire.receive(self.from_box, self.deadline)
+            return messages.checked(messages.FROM_BOX, wire.receive(self.from_box, self.deadline))
         except (EOFError, OSError):
             raise BoxGone(self.watch.why or "the box ended") from None
         except TimeoutError:
             raise BoxGone("timeout") from None
-        except wire.WireError as e:
+        except wire.WireError as e:  # a MessageError too: not one of FROM_BOX
+            raise BoxGone(f"the box broke the protocol ({e})") from None
+        except messages.MessageError as e:
             raise BoxGone(f"the box broke the protocol ({e})") from None
 
-    def from_child(self) -> dict:
-        """The next message of the exercise's child; BoxGone("ended: ...") when the child ended instead."""
+    def from_child(self, ops: Iterable[str] | None) -> dict:
+        """The next message of the exercise's child, one of `ops` of messages.FROM_CHILD (None: whatever it is,
+        unread: a child that says anything more once its check is done has tampered); BoxGone("ended: ...") when the
+        child ended instead, BoxGone naming the break when it says something else."""
         message = self.receive()
-        if message.get("op") == "ended":
+        if message["op"] == "ended":
             self.ended = message
-            raise BoxGone(f"ended: {message.get('how')}")
-        if message.get("op") != "child" or not isinstance(message.get("message"), dict):
-            raise BoxGone("the box broke the protocol (a message that is not the child's)")
-        return message["message"]
+            raise BoxGone(f"ended: {message['how']}")
+        if ops is None:
+            return message["message"]
+        try:
+            return messages.checked(messages.FROM_CHILD, message["message"], ops)
+        except messages.MessageError as e:
+            raise BoxGone(f"the box broke the protocol ({e})") from None
 
 
 def _student_error(message: dict) -> Exception:
@@ -122,22 +133,22 @@ class StudentFunction:
         payload = ([hold(a) for a in args], {k: hold(v) for k, v in kwargs.items()})
         self.channel.send({"op": "call", "name": self.name, "args": base64.b64encode(pickle.dumps(payload)).decode()})
         while True:
-            message = self.channel.from_child()
-            op = message.get("op")
-            if op == "callback" and message.get("handle") in handles:
-                a, k = wire.decode(message.get("args"))
+            message = self.channel.from_child(("callback", "result", "raised"))
+            op = message["op"]
+            if op == "callback" and message["handle"] in handles:
+                a, k = wire.decode(message["args"])
                 value = handles[message["handle"]](*a, **k)
                 self.channel.send({"op": "returned", "value": base64.b64encode(pickle.dumps(value)).decode()})
             elif op == "result":
-                changed = _changed(args, message.get("after"))
+                changed = _changed(args, message["after"])
                 if changed is not None:
                     raise ValueError(f"{self.name} changed its argument {changed + 1} in place; a function checked "
                                      "here must leave its inputs as they were")
-                return wire.decode(message.get("value"))
+                return wire.decode(message["value"])
             elif op == "raised":
                 raise _student_error(message)
             else:
-                raise BoxGone(f"the box broke the protocol (answered {str(op)[:30]!r} to a call)")
+                raise BoxGone("the box broke the protocol (a callback of no handle the checker gave)")
 
 
 def _changed(args: tuple, after: Any) -> int | None:
@@ -191,9 +202,9 @@ class Judge:
             channel.send({"op": "race", "plans": mine, "reference": {b: race["reference"][b] for b in mine},
                           "seconds": limit})
             try:
-                measured = channel.from_child()
+                measured = channel.from_child(("raced", "unraced"))
                 while True:  # nothing more comes but its end (it runs none of the student's code)
-                    channel.from_child()
+                    channel.from_child(None)
             except BoxGone as e:
                 if not str(e).startswith("ended: "):
                     raise
@@ -234,10 +245,8 @@ class Judge:
         channel.send({"op": "start", "exercise": exercise})
         out: dict[int, dict] = {b: {"why": "not planned: the planner's process ended first"} for b in budgets}
         try:
-            loaded = channel.from_child()
-            if loaded.get("op") != "loaded":
-                raise BoxGone("the box broke the protocol (the program's load was not reported)")
-            error = loaded["errors"].get("7.1") if isinstance(loaded.get("errors"), dict) else None
+            loaded = channel.from_child(("loaded",))
+            error = loaded["errors"].get("7.1")
             planner = StudentFunction("plan_for", channel)
             for budget in budgets:
                 try:
@@ -250,12 +259,12 @@ class Judge:
                         why += f" (its cell raised {error[:150]})"
                 out[budget] = {"steps": steps, "plan": leaderboard.described(steps)} if steps else {"why": why}
             channel.send({"op": "end"})
-            tried = channel.from_child()
+            tried = channel.from_child(None)  # read as it comes: anything but an empty report is tampering
             if tried.get("op") != "tried" or tried.get("what"):
                 what = "; ".join(str(w)[:100] for w in tried.get("what") or [])[:300] or "no report of what it tried"
                 out = {b: {"why": f"tampered: tried {what}"} for b in budgets}
             while True:
-                channel.from_child()
+                channel.from_child(None)
         except BoxGone as e:
             if not str(e).startswith("ended: "):
                 raise
@@ -317,26 +326,20 @@ class Judge:
         channel.send({"op": "start", "exercise": exercise})
         outcome, loaded = None, {}
         try:
-            loaded = channel.from_child()
-            if loaded.get("op") != "loaded":
-                raise BoxGone("the box broke the protocol (the program's load was not reported)")
+            loaded = channel.from_child(("loaded",))
             if exercise["mode"] == "remote":
                 outcome = self._remote(channel, job, exercise)
                 channel.send({"op": "end"})
-                tried = channel.from_child()
-                if tried.get("op") != "tried" or not isinstance(tried.get("what"), list):
-                    raise BoxGone("the box broke the protocol (no report of what was tried)")
+                tried = channel.from_child(("tried",))
                 if tried["what"]:
                     outcome = Outcome("tampered", "tried " + "; ".join(str(w)[:100] for w in tried["what"][:4]))
             else:
-                verdict = channel.from_child()
-                if verdict.get("op") != "verdict":
-                    raise BoxGone("the box broke the protocol (no verdict)")
-                outcome = Outcome(str(verdict.get("status", "error"))[:20], str(verdict.get("message", ""))[:2000])
-            channel.from_child()  # nothing more comes from the child but its end
+                verdict = channel.from_child(("verdict",))
+                outcome = Outcome(verdict["status"][:20], verdict["message"][:2000])
+            channel.from_child(None)  # nothing more comes from the child but its end
             outcome = Outcome("tampered", "its process sent more after the check was done (a forked copy, a forgery)")
             while True:  # read what else it sends until the worker reports its end
-                channel.from_child()
+                channel.from_child(None)
         except BoxGone as e:
             if not str(e).startswith("ended: "):
                 raise  # the box is gone: nothing more of this submission is graded
@@ -404,10 +407,10 @@ class _Tail:
 
 # ---------------------------------------------------------------- a judge process per job slot
 def serve(stdin: Any = None, stdout: Any = None) -> None:
-    """`python -m labkit.course.grade.judge`: grade the submissions the grader sends, one JSON line each
-    ({"argv", "job", "env", "cwd", "limits", "cpus"}), answering one JSON line each ({"outcomes", "ended"}). A process of its
-    own per job slot, so that the checkers that run here (torch's generators, its modes) never share one with
-    another submission's. Whatever grading one submission raises is that submission's answer: the next is served."""
+    """`python -m labkit.course.grade.judge`: grade the submissions the grader sends, one JSON line each (a
+    messages.REQUESTS "grade"), answering one JSON line each (a messages.ANSWERS "graded"). A process of its own per
+    job slot, so that the checkers that run here (torch's generators, its modes) never share one with another
+    submission's. Whatever grading one submission raises is that submission's answer: the next is served."""
     import sys
 
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
@@ -418,24 +421,25 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
 
 
 def _answer(line: str) -> str:
-    """The answer line to one request line: what came of the submission, or, where grading it raised (a value no
-    JSON holds, a bug), why it was not graded, as its own error."""
+    """The answer line to one request line: what came of the submission, or, where grading it raised (a request
+    the schema refuses, a value no JSON holds, a bug), why it was not graded, as its own error."""
     import json
 
     request: Any = None
     try:
         request = json.loads(line)
-        limits = request["limits"]
-        judge = Judge(limits["cell_timeout"], int(limits["memory_gib"] * 2**30), limits["processes"],
-                      limits["notebook_timeout"], request.get("cpus"))
-        outcomes, ended = judge.run(request["argv"], request["job"], request.get("env"),
-                                    Path(request["cwd"]) if request.get("cwd") else None, request.get("race"))
-        raced = {"race": judge.raced} if request.get("race") else {}
-        return json.dumps({"outcomes": {ex: vars(o) for ex, o in outcomes.items()}, "ended": ended, **raced})
+        request = messages.checked(messages.REQUESTS, request, ["grade"])
+        limits = Limits.of(request["limits"])
+        judge = Judge(limits.cell_timeout, int(limits.memory_gib * 2**30), limits.processes,
+                      limits.notebook_timeout, request["cpus"])
+        outcomes, ended = judge.run(request["argv"], request["job"], request["env"],
+                                    Path(request["cwd"]) if request["cwd"] else None, request["race"])
+        return json.dumps(messages.make(messages.ANSWERS, "graded", outcomes={ex: vars(o) for ex, o in outcomes.items()},
+                                        ended=ended, race=judge.raced if request["race"] else None))
     except Exception as e:  # noqa: BLE001  (this submission's error: the judge lives on for the next)
         why = f"the judge could not grade this submission ({type(e).__name__}: {_first_line(str(e))[:200]})"
-        raced = {"race": {"why": f"not raced: {why}"}} if isinstance(request, dict) and request.get("race") else {}
-        return json.dumps({"outcomes": {}, "ended": why, **raced})
+        raced = {"why": f"not raced: {why}"} if isinstance(request, dict) and request.get("race") else None
+        return json.dumps(messages.make(messages.ANSWERS, "graded", outcomes={}, ended=why, race=raced))
 
 
 if __name__ == "__main__":

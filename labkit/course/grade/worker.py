@@ -51,7 +51,7 @@ import labkit  # noqa: E402
 
 labkit.import_all()  # every module a checker relies on is loaded before any student code
 from labkit.course import catalog  # noqa: E402
-from labkit.course.grade import guard, wire  # noqa: E402
+from labkit.course.grade import guard, messages, wire  # noqa: E402
 from labkit.env import variables  # noqa: E402
 from labkit.stubs import stub_of  # noqa: E402
 
@@ -87,8 +87,8 @@ def _where(e: BaseException) -> str:
 
 def _raised(e: BaseException) -> dict:
     stub = stub_of(e)
-    return {"op": "raised", "type": type(e).__name__[:60], "message": str(e)[:2000], "where": _where(e),
-            "stub": list(stub) if stub else None}
+    return messages.make(messages.FROM_CHILD, "raised", type=type(e).__name__[:60], message=str(e)[:2000],
+                         where=_where(e), stub=list(stub) if stub else None)
 
 
 def _decode_args(blob: str, fd_in: int, fd_out: int) -> tuple[list, dict]:
@@ -97,10 +97,12 @@ def _decode_args(blob: str, fd_in: int, fd_out: int) -> tuple[list, dict]:
 
     def callback(handle: int):
         def call(*a: Any, **k: Any) -> Any:
-            wire.send(fd_out, {"op": "callback", "handle": handle, "args": wire.encode([list(a), k])})
-            answer = wire.receive(fd_in)
-            if answer.get("op") != "returned":
-                raise RuntimeError("the grader's callback did not answer")
+            wire.send(fd_out, messages.make(messages.FROM_CHILD, "callback", handle=handle,
+                                            args=wire.encode([list(a), k])))
+            try:
+                answer = messages.checked(messages.TO_BOX, wire.receive(fd_in), ["returned"])
+            except messages.MessageError as e:
+                raise RuntimeError(f"the grader's callback did not answer ({e})") from None
             return pickle.loads(base64.b64decode(answer["value"]))
         return call
 
@@ -111,9 +113,9 @@ def _decode_args(blob: str, fd_in: int, fd_out: int) -> tuple[list, dict]:
 def _serve(names: dict, fd_in: int, fd_out: int, tried: list[str]) -> None:
     """Remote: answer the judge's calls until it says end, then say what the student's code tried (if anything)."""
     while True:
-        message = wire.receive(fd_in)
-        if message.get("op") == "end":
-            wire.send(fd_out, {"op": "tried", "what": list(tried)})
+        message = messages.checked(messages.TO_BOX, wire.receive(fd_in), ["call", "end"])
+        if message["op"] == "end":
+            wire.send(fd_out, messages.make(messages.FROM_CHILD, "tried", what=list(tried)))
             return
         try:
             fn = names[message["name"]]
@@ -125,7 +127,7 @@ def _serve(names: dict, fd_in: int, fd_out: int, tried: list[str]) -> None:
             wire.send(fd_out, _raised(e))
             continue
         after = [wire.encode(a) if isinstance(a, (torch.Tensor, list)) else None for a in args]  # what it changed
-        wire.send(fd_out, {"op": "result", "value": wire.encode(value), "after": after})
+        wire.send(fd_out, messages.make(messages.FROM_CHILD, "result", value=wire.encode(value), after=after))
 
 
 def _check_locally(exercise: dict, names: dict, fd_out: int, check: Any, threads: int, tried: list[str]) -> None:
@@ -152,7 +154,7 @@ def _check_locally(exercise: dict, names: dict, fd_out: int, check: Any, threads
     tampered = verify(quiet=True) + leftovers(threads) + [f"tried {t}" for t in tried]
     if tampered:
         verdict = {"status": "tampered", "message": "changed what the checker relies on: " + ", ".join(tampered[:6])}
-    wire.send(fd_out, {"op": "verdict", **verdict})
+    wire.send(fd_out, messages.make(messages.FROM_CHILD, "verdict", **verdict))
 
 
 # What no answer needs to do, seen by an audit hook (sys.addaudithook: it cannot be removed once added).
@@ -225,7 +227,7 @@ def child(job: dict, exercise: dict, fd_in: int, fd_out: int, memory: int | None
     _audit(tried)  # before the student's first line
     _threads(tried)
     names, errors = _namespace(job)
-    wire.send(fd_out, {"op": "loaded", "errors": errors})
+    wire.send(fd_out, messages.make(messages.FROM_CHILD, "loaded", errors=errors))
     if exercise["mode"] == "remote":
         _serve(names, fd_in, fd_out, tried)
     else:
@@ -322,7 +324,7 @@ def _relay(judge_in: int, judge_out: int, pid: int, from_child: int, to_child: i
         try:
             if from_child in ready:
                 message = wire.receive(from_child, time.monotonic() + 10)
-                wire.send(judge_out, {"op": "child", "message": message})
+                wire.send(judge_out, messages.make(messages.FROM_BOX, "child", message=message))
             if judge_in in ready:
                 wire.send(to_child, wire.receive(judge_in))
         except EOFError:
@@ -344,16 +346,16 @@ def run(job: dict, judge_in: int, judge_out: int, memory: int | None, seconds: f
     (``race``), limited to the message's "seconds"; {"op": "quit"} ends (anything else the judge sent for a child
     that has ended meanwhile is dropped)."""
     while True:
-        message = wire.receive(judge_in)
-        if message.get("op") == "quit":
+        message = messages.checked(messages.TO_BOX, wire.receive(judge_in))
+        if message["op"] == "quit":
             return
-        if message.get("op") == "start":
+        if message["op"] == "start":
             _fork(lambda fd_in, fd_out: child(job, message["exercise"], fd_in, fd_out, memory), judge_in, judge_out,
                   seconds)
-        elif message.get("op") == "race":
+        elif message["op"] == "race":
             left = _alone()
             _fork(lambda fd_in, fd_out: race(message, fd_out, memory, left), judge_in, judge_out,
-                  float(message.get("seconds") or seconds))
+                  float(message["seconds"]))
 
 
 def _fork(target: Any, judge_in: int, judge_out: int, seconds: float) -> None:
@@ -374,7 +376,8 @@ def _fork(target: Any, judge_in: int, judge_out: int, seconds: float) -> None:
     os.close(to_r), os.close(from_w)
     how, status = _relay(judge_in, judge_out, pid, from_r, to_w, seconds)
     os.close(from_r), os.close(to_w)
-    wire.send(judge_out, {"op": "ended", "how": how, "status": status, "seconds": round(time.monotonic() - start, 2)})
+    wire.send(judge_out, messages.make(messages.FROM_BOX, "ended", how=how, status=status,
+                                       seconds=round(time.monotonic() - start, 2)))
 
 
 # ---------------------------------------------------------------- the leaderboard's race
@@ -411,9 +414,9 @@ def race(message: dict, fd_out: int, memory: int | None, left: list[int] | None 
     its time over the reference plan's, in alternating pairs (the same plan is
     the same step: 1, untimed). Not run beside a process `left` in the box (``_alone`` could not end it)."""
     if left:
-        wire.send(fd_out, {"op": "unraced", "why": f"{len(left)} processes left in the box could not be ended "
-                                                   f"(pids {', '.join(map(str, left[:5]))}): the race would time them "
-                                                   "too"})
+        wire.send(fd_out, messages.make(messages.FROM_CHILD, "unraced", why=f"{len(left)} processes left in the box "
+                                        f"could not be ended (pids {', '.join(map(str, left[:5]))}): the race would "
+                                        "time them too"))
         return
     from labkit.bench.lab07 import capstone_config
     from labkit.env.profile import sizes
@@ -448,7 +451,7 @@ def race(message: dict, fd_out: int, memory: int | None, left: list[int] | None 
             peaks[budget] = {"peak": int(peak), "ratio": float(ratio), **gradients.fields()}
         except Exception as e:  # noqa: BLE001  (a plan the kit cannot apply: that budget's row says why)
             peaks[budget] = {"error": f"{type(e).__name__}: {_first_line(e)}"}
-    wire.send(fd_out, {"op": "raced", "peaks": peaks})
+    wire.send(fd_out, messages.make(messages.FROM_CHILD, "raced", peaks=peaks))
 
 
 # ---------------------------------------------------------------- the server's start
