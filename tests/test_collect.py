@@ -102,6 +102,11 @@ def test_a_home_that_is_not_a_folder_is_named_and_skipped_and_a_pattern_matching
     assert "3 students in the class" in stdout
     with pytest.raises(collect.CollectError, match="matches nothing"):
         collect.collect([f"{tmp_path}/nowhere/*"], tmp_path / "again", own=[])
+    left = [homes / "README", homes / "ada", homes / "x", homes / "y"]  # a file, her own home, two not there
+    with pytest.raises(collect.CollectError, match=r"no student's home among those given \(4 left out: [^;]*; [^;]*; "
+                                                   r"[^;]*\); give"):
+        collect.collect(list(map(str, left)), tmp_path / "again", own=[homes / "ada"])
+    assert not (tmp_path / "again").exists()
 
 
 def test_the_instructors_own_home_is_left_out_and_said_and_exclude_leaves_out_assistants(tmp_path):

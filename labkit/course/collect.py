@@ -498,7 +498,7 @@ class _Choice:
             return self.leave(home, "the --out folder")
         self.keep_out_of(home, real, real_out)
         if real in self.own:
-            return self.leave(home, "your own home ($HOME), never a student's; --exclude NAME leaves out others")
+            return self.leave(home, "your own home ($HOME), never a student's (--exclude NAME leaves out others)")
         try:
             student = _student(home, self.strip)
         except CollectError as e:
