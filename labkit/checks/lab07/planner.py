@@ -107,6 +107,10 @@ def cases() -> list[Case]:
                      1.0), 6),
         # the floor decides: every plan's activations fit, but the optimizer's peak does not
         Case(Profile((BlockCosts(4, 1, 1.0),), 0, 20, 1.0), 19),
+        # exactly at the floor: it fits
+        Case(Profile((BlockCosts(4, 1, 1.0),), 0, 9, 1.0), 9),
+        # exactly at base: an offloaded block keeps nothing on the device until its backward
+        Case(Profile((BlockCosts(3, 1, 1.0, {OFFLOAD: Option(0, 3, 0.5)}),), 5, 0, 1.0), 5),
         # base decides, with the floor below the budget: nothing fits between the two
         Case(Profile((BlockCosts(3, 1, 1.0),) * 2, 12, 2, 1.0), 7),
         # 0: a budget nothing fits, not an error
