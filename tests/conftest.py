@@ -1,5 +1,5 @@
 """Fixtures of the browser tests (test_browser.py, test_browser_students.py): a served copy of the notebooks
-with two planted faults, and JupyterLab in Chromium, once per test file (tests/jupyter_browser.py)."""
+with two planted faults, and JupyterLab in Chromium, once per test file (tests/helpers/jupyter_browser.py)."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from jupyter_browser import Browser, JupyterLab
+from helpers.jupyter_browser import Browser, JupyterLab
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from jupyter_browser import BROWSER_MARKS, Browser, problems
+from helpers.jupyter_browser import BROWSER_MARKS, Browser, problems
 from labkit.course.catalog import LABS
 
 ROOT = Path(__file__).resolve().parent.parent

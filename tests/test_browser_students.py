@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 import nbformat
 import pytest
 
-from jupyter_browser import BROWSER_MARKS, problems
+from helpers.jupyter_browser import BROWSER_MARKS, problems
 from labkit.course.catalog import LABS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -595,7 +595,7 @@ def test_the_readme_door_run_as_written_in_an_activated_venv_gives_every_student
     """The README's instructor commands, word for word but /home (here a folder of test homes), run by sh from the
     instructor's clone with .venv activated (after `make lab` or `make doctor`): every student a row, no row for
     the instructor, the clone not credited, the finished lab 5/5, the duplicate graded."""
-    import classroom
+    from helpers import classroom
 
     instructor = classroom.make_homes(tmp_path / "home")
     venv = ROOT / ".venv"

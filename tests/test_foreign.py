@@ -1,5 +1,5 @@
 """The planners, the advisor, lab 04's trace and policies and lab 06's harness on models the kit did not build
-(tests/foreign.py, and GPT-2 from `transformers` built from its config): each works, exactly where the kit's own
+(tests/helpers/foreign.py, and GPT-2 from `transformers` built from its config): each works, exactly where the kit's own
 models are exact, or refuses with a message that says how to make it work. Never silently wrong."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-import foreign as F
+from helpers import foreign as F
 from labkit.checks.lab04.common import profiles
 from labkit.instruments.harness import compare_step, per_block
 from labkit.instruments.meter import MemoryMeter

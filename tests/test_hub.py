@@ -2,7 +2,7 @@
 nbgitpuller link of docs/instructors.md, the kit installed by the README's hub path, and an instructor collecting
 and grading them from her own JupyterLab terminal (`make long-test`, CI's second step).
 
-The students' servers run a hub image's Python (tests/hubenv.py): torch and Jupyter installed, the kit not. Each
+The students' servers run a hub image's Python (tests/helpers/hubenv.py): torch and Jupyter installed, the kit not. Each
 student logs in (a shared password), gets a single-user JupyterLab of that Python in a home of its own, opens the
 link to a local git copy of a lab 00-01 bundle, installs the kit with the README's hub commands in the pulled
 bundle (as in a terminal of the hub: JupyterHub's variables set, their own HOME, so the kit goes to their
@@ -12,10 +12,10 @@ errors, in a kernel that imports the bundle's labkit. Each student's peak reside
 printed: the table the README's hub section gives an admin.
 
 The instructor (bars/hub-gradebook): students of a lab 01-02 bundle leave their homes in the states of
-tests/classroom.py, by JupyterLab's own save, Duplicate and Rename and a second nbgitpuller pull that merges a
+tests/helpers/classroom.py, by JupyterLab's own save, Duplicate and Rename and a second nbgitpuller pull that merges a
 later release into an edited notebook; then the instructor, in a terminal of her own JupyterLab, runs the README's
 instructor commands word for word from her clone (`make hub`, release, collect over the homes as the shell expands
-them, grade in the sandbox): every student a row with the verdicts of tests/classroom.py, none for her.
+them, grade in the sandbox): every student a row with the verdicts of tests/helpers/classroom.py, none for her.
 """
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ import nbformat
 
 import pytest
 
-import hub as hub_module
-from hub import PROXY, Hub, Student, processes
-from hubenv import fresh_copy, image_python, run_hub_path
-from jupyter_browser import CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, problems
+from helpers import hub as hub_module
+from helpers.hub import PROXY, Hub, Student, processes
+from helpers.hubenv import fresh_copy, image_python, run_hub_path
+from helpers.jupyter_browser import CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, problems
 from labkit.course import release, student
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,10 +154,10 @@ def _unmarked(path: Path) -> list[str]:
 
 
 def test_an_instructor_collects_from_her_terminal_and_grades_every_student_a_row(tmp_path, monkeypatch):
-    """bars/hub-gradebook in a booted hub: the homes of tests/classroom.py, made by what students do in JupyterLab
+    """bars/hub-gradebook in a booted hub: the homes of tests/helpers/classroom.py, made by what students do in JupyterLab
     (save, Duplicate, Rename) and nbgitpuller (a merge), collected and graded by the README's instructor commands in
     the instructor's own JupyterLab terminal."""
-    import classroom
+    from helpers import classroom
     from playwright.sync_api import sync_playwright
 
     repo = _bundle(tmp_path / "bundle", ("01", "02"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hubenv import HUB_VARIABLES, fresh_copy, image_python, readme_hub_commands, run_hub_path
+from helpers.hubenv import HUB_VARIABLES, fresh_copy, image_python, readme_hub_commands, run_hub_path
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pip._vendor.packaging.requirements import Requirement
 
-from hubenv import image_python
+from helpers.hubenv import image_python
 from labkit.env import hubdeps
 
 ROOT = Path(__file__).resolve().parent.parent

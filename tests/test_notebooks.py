@@ -2,7 +2,7 @@
 
 * Every student notebook, under Run All as JupyterLab runs it, reaches its last
   cell; its only errors are the stubs' NotImplementedError and the checkers'
-  "not attempted", and every checker reports "not attempted" (tests/run_all.py).
+  "not attempted", and every checker reports "not attempted" (tests/helpers/run_all.py).
 * A completed notebook graded with `pytest --nbval-lax` passes exactly when its
   checker cells pass: a completed notebook passes whole (Labs 00 and 02 here;
   every solution passes nbval in `make test` and `labkit grade` in
@@ -72,7 +72,7 @@ def two_at_a_time(fn, items):
 # this headless copy of JupyterLab's Run All would only check the same thing again.
 try:
     import playwright  # noqa: F401
-    from jupyter_browser import CHROMIUM
+    from helpers.jupyter_browser import CHROMIUM
 except ImportError:
     CHROMIUM = None
 IN_BROWSER = pytest.mark.skipif(bool(CHROMIUM), reason="the browser tests run Run All on every student notebook "
@@ -81,9 +81,9 @@ IN_BROWSER = pytest.mark.skipif(bool(CHROMIUM), reason="the browser tests run Ru
 
 @pytest.fixture(scope="module")
 def run_all_reports():
-    """tests/run_all.py on every student notebook: (exit status, its report)."""
+    """tests/helpers/run_all.py on every student notebook: (exit status, its report)."""
     def run(notebook):
-        done = subprocess.run([sys.executable, str(ROOT / "tests" / "run_all.py"), str(notebook)], capture_output=True,
+        done = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "run_all.py"), str(notebook)], capture_output=True,
                               text=True, timeout=900, env=dict(os.environ, LABKIT_PROFILE="tiny", **ONE_THREAD))
         return done.returncode, done.stdout[-3000:] + done.stderr[-1500:]
     return two_at_a_time(run, STUDENT)

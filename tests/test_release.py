@@ -106,7 +106,7 @@ def test_in_a_fresh_venv_the_bundle_hides_the_answers_and_its_notebooks_run(tmp_
                          check=True).stdout
     assert str(venv) in out.splitlines()[0], "the bundle's labkit, not the repository's"
     assert "recompute absent" in out and "activation_memory absent" in out and "sqrt_n absent" in out
-    runner = ROOT / "tests" / "run_all.py"
+    runner = ROOT / "tests" / "helpers" / "run_all.py"
     for notebook in sorted((bundle / "notebooks").glob("*.ipynb")):
         done = subprocess.run([str(python), str(runner), str(notebook)], capture_output=True, text=True, env=env,
                               timeout=600)

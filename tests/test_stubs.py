@@ -35,7 +35,7 @@ def test_other_errors_are_left_to_ipython():
     stub = NotImplementedError("Exercise 1.2: count the bytes")
     assert stubs._show(shell, NotImplementedError, stub, None) == [stubs.message(stub)]
     assert shell.calls == [("traceback", NotImplementedError), ("one line", [stubs.message(stub)])]
-    # in a kernel: tests/run_all.py checks every stub error of every student notebook shows as this one line
+    # in a kernel: tests/helpers/run_all.py checks every stub error of every student notebook shows as this one line
 
 
 def test_the_stub_the_generator_writes_is_the_one_the_grader_finds_and_the_checkers_tell():

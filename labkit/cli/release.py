@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +72,7 @@ def collect(args: argparse.Namespace) -> int:
     return 0 if any(h.written for h in found.homes) else 1
 
 
-def _collected(found: object, out: str, class_file: str) -> str:
+def _collected(found: Any, out: str, class_file: str) -> str:
     """collect's last line: how many students and notebooks, and the command that grades them."""
     written = sum(len(h.written) for h in found.homes)
     empty = sum(not h.written for h in found.homes)

@@ -13,7 +13,7 @@ import nbformat
 
 from labkit.course.grade import bench
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAB = "02"
 NOTEBOOK = "02_recompute.ipynb"
 EXERCISES = ("2.1", "2.2", "2.3", "2.4", "2.5")

@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from jupyter_browser import (_CELLS, _CURRENT, _IDLE, _OPEN, _RUN_ALL, _STARTED, SETTINGS, CellView, _free_port,
+from helpers.jupyter_browser import (_CELLS, _CURRENT, _IDLE, _OPEN, _RUN_ALL, _STARTED, SETTINGS, CellView, _free_port,
                              end_group)
 
 PROXY = shutil.which("configurable-http-proxy")

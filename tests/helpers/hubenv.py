@@ -16,7 +16,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HUB_VARIABLES = {"JUPYTERHUB_SERVICE_PREFIX": "/user/ada/", "JUPYTERHUB_API_URL": "http://127.0.0.1:1/hub/api",
                  "JUPYTERHUB_USER": "ada"}
 

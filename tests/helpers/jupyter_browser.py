@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from run_all import ALLOWED, CHECKER  # what a student notebook may show after Run All, as nbclient judges it
+from helpers.run_all import ALLOWED, CHECKER  # what a student notebook may show after Run All, as nbclient judges it
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 try:

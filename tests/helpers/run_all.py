@@ -1,4 +1,4 @@
-"""Run All, as JupyterLab does it, on a student notebook: `python tests/run_all.py NOTEBOOK` (exit 1 on a problem).
+"""Run All, as JupyterLab does it, on a student notebook: `python tests/helpers/run_all.py NOTEBOOK` (exit 1 on a problem).
 
 nbclient stops at the first error of a cell without the `raises-exception` tag, as JupyterLab's Run All does;
 LABKIT_CHECKS=show makes checkers report as they do in JupyterLab (printed, not raised). An untouched student
