@@ -22,7 +22,7 @@ import torch
 
 from labkit.checks import base, lab00
 from labkit.course.catalog import LABS
-from labkit.course.grade import bench, files, grader, guard, report, sandbox, wire
+from labkit.course.grade import bench, calls, files, grader, guard, report, sandbox, wire
 from labkit.course.grade.options import Limits, Options
 from labkit.course.grade.rebuild import Pristine, definitions, program, rebuild, scan
 
@@ -314,16 +314,14 @@ def test_records_that_differ_hash_apart_so_a_large_set_decodes_in_linear_time():
 
 
 def test_the_judge_never_writes_the_box_s_word_into_the_checker_s_arguments_and_fails_a_change():
-    from labkit.course.grade import judge
-
     t, ops = torch.arange(4.0), [1, 2, 3]
     same = [wire.encode(t.clone()), wire.encode(list(ops))]
-    assert judge._changed((t, ops), same) is None
-    assert judge._changed((t, ops), [wire.encode(t[:0]), None]) == 0
-    assert judge._changed((t, ops), [None, wire.encode([])]) == 1
+    assert calls._changed((t, ops), same) is None
+    assert calls._changed((t, ops), [wire.encode(t[:0]), None]) == 0
+    assert calls._changed((t, ops), [None, wire.encode([])]) == 1
     other = wire.encode([print])
     other["list"][0]["opaque"][1] = "<built-in function at another address>"  # a repr the box makes otherwise
-    assert judge._changed((t, [print]), [None, other]) is None
+    assert calls._changed((t, [print]), [None, other]) is None
     assert torch.equal(t, torch.arange(4.0)) and ops == [1, 2, 3]  # the checker's own, as they were
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.course.grade import judge, messages, wire
+from labkit.course.grade import calls, judge, messages, wire
 from labkit.course.grade.options import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_every_message_the_grader_judge_and_worker_send_is_in_the_schema():
     tables = {"REQUESTS": messages.REQUESTS, "ANSWERS": messages.ANSWERS, "TO_BOX": messages.TO_BOX,
               "FROM_BOX": messages.FROM_BOX, "FROM_CHILD": messages.FROM_CHILD}
     every = {op for table in tables.values() for op in table}
-    sent = set().union(*(_sent_ops(GRADE / f) for f in ("grader.py", "judge.py", "worker.py")))
+    sent = set().union(*(_sent_ops(GRADE / f) for f in ("grader.py", "judge.py", "calls.py", "worker.py")))
     assert sent, "found no message: the scan is broken"
     for table, op in sent:
         assert op in (tables[table] if table in tables else every), (table, op)
@@ -67,27 +67,27 @@ class _Watch:
     why = ""
 
 
-def _channel_with(message: dict) -> judge._Channel:
+def _channel_with(message: dict) -> calls.Channel:
     """A judge's channel whose box has sent `message` (framed, as the worker sends)."""
     read, write = os.pipe()
     wire.send(write, message)
     os.close(write)
-    channel = judge._Channel(os.open(os.devnull, os.O_WRONLY), read, _Watch())
+    channel = calls.Channel(os.open(os.devnull, os.O_WRONLY), read, _Watch())
     channel.deadline = time.monotonic() + 60
     return channel
 
 
 def test_a_child_s_message_out_of_the_schema_ends_the_box_naming_the_break():
     forged = {"op": "child", "message": {"op": "verdict", "status": "passed"}}  # no message field
-    with pytest.raises(judge.BoxGone, match="broke the protocol .*verdict: missing field message"):
+    with pytest.raises(calls.BoxGone, match="broke the protocol .*verdict: missing field message"):
         _channel_with(forged).from_child(("verdict",))
-    with pytest.raises(judge.BoxGone, match="broke the protocol .*op 'result' where verdict was expected"):
+    with pytest.raises(calls.BoxGone, match="broke the protocol .*op 'result' where verdict was expected"):
         _channel_with({"op": "child", "message": {"op": "result", "value": 1, "after": []}}).from_child(("verdict",))
     # once the check is done, whatever the child says is read as it is (the caller calls it tampering)
     assert _channel_with(forged).from_child(None) == forged["message"]
-    with pytest.raises(judge.BoxGone, match=r"broke the protocol \(child: unknown field extra\)"):
+    with pytest.raises(calls.BoxGone, match=r"broke the protocol \(child: unknown field extra\)"):
         _channel_with({"op": "child", "message": {}, "extra": 1}).receive()
-    with pytest.raises(judge.BoxGone, match="^ended: timeout$"):
+    with pytest.raises(calls.BoxGone, match="^ended: timeout$"):
         _channel_with({"op": "ended", "how": "timeout", "status": 9, "seconds": 61.0}).from_child(("verdict",))
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.course.grade import grader, judge, leaderboard, messages, sandbox
+from labkit.course.grade import calls, grader, judge, leaderboard, messages, sandbox
 from labkit.course.grade.options import Limits, Options
 from labkit.plans import BlockCosts, Profile
 
@@ -156,14 +156,14 @@ def race():
 def at_raced(monkeypatch):
     """probes: each called with the box's channel when the race's process reports (it is still running then)."""
     probes, seen = [], []
-    receive = judge._Channel.from_child
+    receive = calls.Channel.from_child
 
     def from_child(self, ops):
         message = receive(self, ops)
         if message.get("op") == "raced":
             seen.append([probe(self) for probe in probes])
         return message
-    monkeypatch.setattr(judge._Channel, "from_child", from_child)
+    monkeypatch.setattr(calls.Channel, "from_child", from_child)
     yield probes, seen
 
 
@@ -215,13 +215,13 @@ def test_in_a_box_the_race_runs_with_no_process_of_the_box_but_its_own(race, at_
     escapes a reap now and then: it reads /proc, then kills what it read) is ended before the race starts."""
     probes, seen = at_raced
     placed: list[subprocess.Popen] = []
-    send = judge._Channel.send
+    send = calls.Channel.send
 
     def placing(self, message):  # just before the race: a sleeper in the box, as its worker's uid
         if message.get("op") == "race":
             placed.append(_place(self.watch.proc.pid))
         send(self, message)
-    monkeypatch.setattr(judge._Channel, "send", placing)
+    monkeypatch.setattr(calls.Channel, "send", placing)
     probes.append(lambda channel: [p.poll() for p in placed])
     grade = grader.Grader(Options((), (leaderboard.LAB,), Limits(seed=1), race=race, root=ROOT), [ROOT])
     try:

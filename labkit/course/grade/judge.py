@@ -2,15 +2,14 @@
 
 ``Judge.run(argv, job)`` starts the box (the worker in bubblewrap, sandbox.py), watches its memory, processes and
 time from outside (``Watch``), and for each exercise asks the worker for a child process. A ``remote`` exercise's
-checker runs here, in this process: every call of a student's function is a ``StudentFunction`` that sends the
-arguments into the box and reads back an encoded value (wire.py), which this side rebuilds as plain data; the
-checker compares it with what it computes itself, and nothing the student's code prints or sends is a verdict.
+checker runs here, in this process: every call of a student's function is a ``StudentFunction`` (calls.py) that
+sends the arguments into the box and reads back an encoded value (wire.py), which this side rebuilds as plain data;
+the checker compares it with what it computes itself, and nothing the student's code prints or sends is a verdict.
 A ``local`` exercise's checker runs in the box; its verdict is the box's word (docs/design.md, "Grading a class").
 """
 from __future__ import annotations
 
 import base64
-import builtins
 import contextlib
 import io
 import itertools
@@ -19,22 +18,19 @@ import pickle
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from labkit.checks import base
 from labkit.course import catalog
-from labkit.course.grade import messages, wire
+from labkit.course.grade import messages
+from labkit.course.grade.calls import BoxGone, Channel, StudentFunction
 from labkit.course.grade.options import Limits
 from labkit.course.grade.sandbox import Cgroups
 from labkit.course.grade.watch import Watch  # the box from outside: its memory, processes and CPU share
-from labkit.stubs import stub_message
 
-__all__ = ["Outcome", "BoxGone", "Watch", "Judge"]
+__all__ = ["Outcome", "BoxGone", "Channel", "StudentFunction", "Watch", "Judge"]  # calls.py's, for its callers
 
 
 @dataclass
@@ -44,135 +40,6 @@ class Outcome:
     status: str  # passed | failed | not attempted | timeout | error | tampered
     message: str
     seconds: float = 0.0
-
-
-class BoxGone(BaseException):
-    """The box died, stalled or broke the protocol while a check waited on it (a BaseException: the checkers'
-    `except Exception` must not turn it into a student's error)."""
-
-
-class _Channel:
-    """The pipes to the worker: one exercise's messages, each with a deadline."""
-
-    def __init__(self, to_box: int, from_box: int, watch: Watch) -> None:
-        self.to_box, self.from_box, self.watch = to_box, from_box, watch
-        self.deadline = time.monotonic()
-        self.ended: dict = {}  # the worker's report of how the last child ended
-
-    def send(self, message: dict) -> None:
-        """Send `message`, one of messages.TO_BOX (held to it here: a bug of this side's fails before it leaves)."""
-        try:
-            wire.send(self.to_box, messages.checked(messages.TO_BOX, message))
-        except OSError as e:
-            raise BoxGone(self.watch.why or f"the box closed its pipe ({e.strerror})") from None
-
-    def receive(self) -> dict:
-        """The worker's next message, one of messages.FROM_BOX; BoxGone when there is none in time or it breaks
-        the protocol."""
-        try:
-            return messages.checked(messages.FROM_BOX, wire.receive(self.from_box, self.deadline))
-        except (EOFError, OSError):
-            raise BoxGone(self.watch.why or "the box ended") from None
-        except TimeoutError:
-            raise BoxGone("timeout") from None
-        except wire.WireError as e:  # a MessageError too: not one of FROM_BOX
-            raise BoxGone(f"the box broke the protocol ({e})") from None
-        except messages.MessageError as e:
-            raise BoxGone(f"the box broke the protocol ({e})") from None
-
-    def from_child(self, ops: Iterable[str] | None) -> dict:
-        """The next message of the exercise's child, one of `ops` of messages.FROM_CHILD (None: whatever it is,
-        unread: a child that says anything more once its check is done has tampered); BoxGone("ended: ...") when the
-        child ended instead, BoxGone naming the break when it says something else."""
-        message = self.receive()
-        if message["op"] == "ended":
-            self.ended = message
-            raise BoxGone(f"ended: {message['how']}")
-        if ops is None:
-            return message["message"]
-        try:
-            return messages.checked(messages.FROM_CHILD, message["message"], ops)
-        except messages.MessageError as e:
-            raise BoxGone(f"the box broke the protocol ({e})") from None
-
-
-def _student_error(message: dict) -> Exception:
-    """The exception the student's code raised in the box, rebuilt here as data (never unpickled)."""
-    stub = message.get("stub")
-    if isinstance(stub, list) and len(stub) == 2 and all(isinstance(s, str) for s in stub):
-        return NotImplementedError(stub_message(*stub))
-    name = str(message.get("type", "Exception"))[:60] or "Exception"
-    builtin = getattr(builtins, name, None)  # a checker may expect one (a ValueError naming the bad budget)
-    plain = type(name if name.isidentifier() else "Exception", (Exception,), {})  # the student's own, by name
-    kind = builtin if isinstance(builtin, type) and issubclass(builtin, Exception) else plain
-    try:
-        error = kind(str(message.get("message", ""))[:2000])
-    except Exception:  # noqa: BLE001  (a builtin that wants other arguments: the student's error as a plain one)
-        error = plain(str(message.get("message", ""))[:2000])
-    error.labkit_where = str(message.get("where", ""))[:200]
-    return error
-
-
-class StudentFunction:
-    """One of the student's functions, called in the box: arguments pickled in, the value encoded back."""
-
-    def __init__(self, name: str, channel: _Channel) -> None:
-        self.name, self.channel, self.calls = name, channel, 0
-        self.__name__ = name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        handles: dict[int, Callable[..., Any]] = {}
-
-        def hold(v: Any) -> Any:  # a checker's callable stays here: the box calls back for it
-            if callable(v) and not isinstance(v, (torch.nn.Module, type)):
-                handles[len(handles)] = v
-                return {"callback": len(handles) - 1}
-            return v
-
-        payload = ([hold(a) for a in args], {k: hold(v) for k, v in kwargs.items()})
-        self.channel.send({"op": "call", "name": self.name, "args": base64.b64encode(pickle.dumps(payload)).decode()})
-        while True:
-            message = self.channel.from_child(("callback", "result", "raised"))
-            op = message["op"]
-            if op == "callback" and message["handle"] in handles:
-                a, k = wire.decode(message["args"])
-                value = handles[message["handle"]](*a, **k)
-                self.channel.send({"op": "returned", "value": base64.b64encode(pickle.dumps(value)).decode()})
-            elif op == "result":
-                changed = _changed(args, message["after"])
-                if changed is not None:
-                    raise ValueError(f"{self.name} changed its argument {changed + 1} in place; a function checked "
-                                     "here must leave its inputs as they were")
-                return wire.decode(message["value"])
-            elif op == "raised":
-                raise _student_error(message)
-            else:
-                raise BoxGone("the box broke the protocol (a callback of no handle the checker gave)")
-
-
-def _changed(args: tuple, after: Any) -> int | None:
-    """The index of the first argument the box says the student's function changed (its encoding after the call
-    differs from the checker's own argument's), or None. The checker's objects are never changed: a checker that
-    reads its arguments after the call reads what it passed, whatever the box says."""
-    if not isinstance(after, list) or len(after) != len(args):
-        return None
-    for i, (arg, encoded) in enumerate(zip(args, after)):
-        if encoded is not None and isinstance(arg, (torch.Tensor, list)) and \
-                _plain(encoded) != _plain(wire.encode(arg)):
-            return i
-    return None
-
-
-def _plain(encoded: Any) -> Any:
-    """An encoding with each stand-in's text dropped (a repr may hold an address, other in the box)."""
-    if isinstance(encoded, dict):
-        if set(encoded) == {"opaque"} and isinstance(encoded["opaque"], list):
-            return {"opaque": encoded["opaque"][:1]}
-        return {k: _plain(v) for k, v in encoded.items()}
-    if isinstance(encoded, list):
-        return [_plain(v) for v in encoded]
-    return encoded
 
 
 _BOXES = itertools.count()
@@ -186,7 +53,7 @@ class Judge:
         self.cpus = cpus  # the CPUs a box may use (None: no share)
         self.raced: dict = {"why": "not raced"}  # the leaderboard's answer for the last submission run
 
-    def _race(self, channel: _Channel, job: dict, race: dict) -> dict:
+    def _race(self, channel: Channel, job: dict, race: dict) -> dict:
         """The student's planner at each budget (in a child that loads the program, called from here), then each
         plan that is one raced against the reference's (in a child that runs none of the student's code):
         {"budgets": [{budget, plan, peak, over_reference, why}, ...]}."""
@@ -227,7 +94,7 @@ class Judge:
             out.append(row)
         return {"budgets": out}
 
-    def _raced(self, channel: _Channel, job: dict, race: dict) -> dict:
+    def _raced(self, channel: Channel, job: dict, race: dict) -> dict:
         """``_race``'s answer, or, where the race raised (a bug of the grader's, say), a row that says so: the
         exercises graded before it keep their outcomes."""
         try:
@@ -235,7 +102,7 @@ class Judge:
         except Exception as e:  # noqa: BLE001  (BoxGone is no Exception: a box that died still ends the run)
             return {"why": f"not raced: the judge's race raised {type(e).__name__}: {_first_line(str(e))[:200]}"}
 
-    def _plans(self, channel: _Channel, job: dict, profile: Any, budgets: list[int]) -> dict[int, dict]:
+    def _plans(self, channel: Channel, job: dict, profile: Any, budgets: list[int]) -> dict[int, dict]:
         """budget -> {"steps": the plan, "plan": its line} or {"why": why there is none}, from the student's
         plan_for, called in a child that loaded the program (the checker's way: data in, data back)."""
         from labkit.course.grade import leaderboard
@@ -288,7 +155,7 @@ class Judge:
         os.close(to_r), os.close(from_w)
         errors = _Tail(proc.stderr)
         watch = Watch(proc, self.memory, self.processes, None if groups.keeps("cpu") else self.cpus)
-        channel = _Channel(to_w, from_r, watch)
+        channel = Channel(to_w, from_r, watch)
         outcomes: dict[str, Outcome] = {}
         ended, started = "", time.monotonic()
         try:
@@ -319,7 +186,7 @@ class Judge:
             ended += f"; the box ran into {' and '.join(hit)}"
         return outcomes, ended
 
-    def _exercise(self, channel: _Channel, job: dict, exercise: dict) -> Outcome:
+    def _exercise(self, channel: Channel, job: dict, exercise: dict) -> Outcome:
         """One exercise: the child loads the program, then the check runs (here or there), then the child ends."""
         start = time.monotonic()
         channel.deadline = start + self.seconds + 10  # the worker kills the child at `seconds`; this is its margin
@@ -351,7 +218,7 @@ class Judge:
         outcome.seconds = round(time.monotonic() - start, 2)
         return outcome
 
-    def _remote(self, channel: _Channel, job: dict, exercise: dict) -> Outcome:
+    def _remote(self, channel: Channel, job: dict, exercise: dict) -> Outcome:
         check = getattr(catalog.lab(job["lab"]).checkers, exercise["checker"])
         functions = [StudentFunction(name, channel) for name in exercise["args"]]
         out = io.StringIO()
