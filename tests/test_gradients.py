@@ -119,7 +119,23 @@ def test_difference_is_the_largest_per_parameter_relative_difference():
 def test_one_step_runs_from_the_seed_and_leaves_the_generator_and_the_gradients_as_they_were(net):
     model, x = net
     state = torch.get_rng_state()
-    one, two = (one_step(model, x, loss_fn, contextlib.nullcontext) for _ in range(2))
-    assert torch.equal(one.loss, two.loss) and all(torch.equal(p, q) for p, q in zip(one.grads, two.grads))
+    one = one_step(model, x, loss_fn, contextlib.nullcontext)
     assert torch.equal(torch.get_rng_state(), state) and all(p.grad is None for p in model.parameters())
+    torch.manual_seed(123)  # another state of the generator, and stale gradients: neither changes the step
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    two = one_step(model, x, loss_fn, contextlib.nullcontext, seed=0)
+    assert torch.equal(one.loss, two.loss) and all(torch.equal(p, q) for p, q in zip(one.grads, two.grads))
+    assert not torch.equal(one_step(model, x, loss_fn, contextlib.nullcontext, seed=1).loss, one.loss)
 
+
+def test_a_parameter_without_a_gradient_is_bitwise_with_none_and_wrong_against_one(net):
+    """A parameter no step uses has no gradient in either (bitwise); a way that cuts a block off backward (its
+    parameters get none where the plain step's get one) is wrong, not bitwise."""
+    model, x = net
+    model.unused = nn.Linear(2, 2)
+    assert judge(model, x, loss_fn, contextlib.nullcontext).gradients == "bitwise"
+    first = model.blocks[0]
+    cut = lambda: patched([(first, lambda h, f=first.forward: f(h).detach())])  # noqa: E731
+    found = judge(model, x, loss_fn, cut)
+    assert found.gradients == "wrong" and math.isinf(found.difference), found

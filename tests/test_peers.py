@@ -114,7 +114,7 @@ def test_compiled_refuses_a_budget_or_backend_it_does_not_take():
     for budget in (1.5, -0.1, True, "0.5"):
         with pytest.raises(ValueError, match="must be a number from 0 to 1"):
             Compiled(lambda x: x, budget)
-    with pytest.raises(ValueError, match="allowed: aot_eager_decomp_partition, inductor"):
+    with pytest.raises(ValueError, match="allowed: aot_eager_decomp_partition, aot_eager, inductor"):
         Compiled(lambda x: x, 0.5, backend="eager")
 
 
@@ -289,9 +289,31 @@ def test_the_recorded_sweep_is_bench_plans_output_and_an_unknown_profile_is_refu
     assert set(rec["foreign"]) == {"gpt2", "llama"}
     fig = lk.plots.peers(rec["settings"], rec["budgets"])
     (ax,) = fig.axes
-    assert len(ax.lines) == len({r["method"] for r in rec["settings"]}) + len(rec["budgets"])
+    series = {r["method"] + (" (gradients wrong)" if r["gradients"] == "wrong" else "") for r in rec["settings"]
+              if "error" not in r}
+    assert len(ax.lines) == len(series) + len(rec["budgets"])
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == sorted(series)
     with pytest.raises(ValueError, match="no figures recorded for profile='nowhere'; recorded: cpu"):
         recorded("nowhere")
+
+
+def test_the_recorded_sweep_judges_every_setting_by_its_gradients_and_races_no_wrong_one():
+    """Lab 07 reads this table: every setting judged (gradients, gradient_difference), no wrong one fitting or
+    raced, compile at budget 1 bitwise against itself, in lab 07's model and the foreign ones."""
+    from labkit.bench.peers import recorded
+
+    rec = recorded("cpu")
+    tables = [(rec["settings"], rec["peers"], rec["head_to_head"])]
+    tables += [(f["peers"], f["peers"], [f["head_to_head"]]) for f in rec["foreign"].values()]
+    for settings, table, raced in tables:
+        judged = [r for r in settings if "error" not in r]
+        assert judged and all(r["gradients"] in ("bitwise", "rounding", "wrong") for r in judged)
+        assert all(isinstance(r["gradient_difference"], float) for r in judged)
+        wrong = {f"{r['method']} ({r['setting']})" for r in judged if r["gradients"] == "wrong"}
+        assert not any(r["fits"] for r in table if f"{r['method']} ({r['setting']})" in wrong)
+        assert not {r["best_peer"] for r in raced} & wrong
+    assert next(r for r in rec["settings"] if r["method"] == "compile budget" and r["setting"] == "1")[
+        "gradients"] == "bitwise"
 
 
 def test_pytorchs_selective_checkpoint_refuses_a_policy_that_saves_the_mask_nn_dropout_fills_in_place():
