@@ -234,6 +234,7 @@ WALL_CLOCKS = {
     "labkit/course/notebook.py": "a notebook's whole run",
     "labkit/course/grade/bench.py": "a grading run's whole time",
     "labkit/course/grade/judge.py": "a submission's limits",
+    "labkit/course/grade/calls.py": "a student function's deadline in the box",
     "labkit/course/grade/watch.py": "a box's CPU seconds against the wall clock (its CPU share)",
     "labkit/course/grade/wire.py": "a message's deadline",
     "labkit/course/grade/worker.py": "an exercise's limit",

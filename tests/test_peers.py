@@ -210,9 +210,44 @@ def test_a_setting_whose_gradients_are_wrong_never_fits_is_never_chosen_and_its_
     assert "why" not in table[1]
     wrong_planner = peers_table([_row("planner", "keep 0", 90, 1.0, "wrong"), *rows[1:]], plans)[0]
     assert wrong_planner["fits"] is False and wrong_planner["why"].startswith("gradients wrong")
+    over = peers_table([_row("planner", "keep 0", 90, 1.0), _row("c", "right", 120, 1.0),
+                        _row("c", "least", 110, 1.0, "wrong"), _row("d", "only", 130, 0.5, "wrong")], plans)
+    assert [(r["method"], r["setting"], r["fits"]) for r in over[1:]] == [("c", "right", False), ("d", "only", False)]
+    assert "why" not in over[1] and over[2]["why"].startswith("gradients wrong")  # nothing fits: no wrong row beside
     with pytest.raises(KeyError, match="gradients"):  # a row never judged is no candidate, never taken as right
         peers_table([_row("planner", "keep 0", 90, 1.0), {"method": "a", "setting": "x", "measured_peak": 1,
                                                            "step_ratio": 1.0}], plans)
+
+
+def test_each_budget_takes_its_own_plan_and_a_peak_equal_to_the_budget_fits():
+    plans = {100: [lk.plans.Step(0, 1, "keep")], 200: [lk.plans.Step(0, 1, "recompute")]}
+    rows = [_row("planner", "keep 0", 100, 1.0), _row("planner", "recompute 0", 150, 1.2), _row("a", "x", 100, 1.5)]
+    table = peers_table(rows, plans)
+    assert [(r["budget"], r["setting"], r["fits"]) for r in table] == [
+        (100, "keep 0", True), (100, "x", True), (200, "recompute 0", True), (200, "x", True)]
+
+
+def test_the_planner_is_raced_only_against_a_right_peer_that_fits_and_each_row_without_a_race_says_why():
+    """head_to_head on a table made by hand (a fitting row judged wrong is refused there too, whatever made it)."""
+    from labkit.bench.peers import Setting, head_to_head
+
+    model, x = nn.Linear(4, 4), torch.randn(2, 4)
+    opt = torch.optim.Adam(model.parameters())
+    loss = lambda out: out.pow(2).mean()  # noqa: E731
+    found = [Setting(m, s, contextlib.nullcontext) for m, s in
+             (("planner", "p"), ("a", "slow"), ("b", "wrong"), ("c", "over"))]
+    at = lambda budget, method, setting, ratio, fits, gradients="bitwise": {  # noqa: E731
+        "budget": budget, **_row(method, setting, 1, ratio, gradients), "fits": fits}
+    table = [at(1, "planner", "p", 1.0, True), at(1, "a", "slow", 2.0, True), at(1, "b", "wrong", 0.1, True, "wrong"),
+             at(1, "c", "over", 0.2, False), at(2, "planner", "p", 1.0, True), at(2, "c", "over", 0.2, False),
+             at(3, "planner", "p", 1.0, False), at(3, "a", "slow", 2.0, True),
+             {**at(4, "planner", "p", 1.0, False, "wrong"), "why": "gradients wrong ... (peers_table's why)"},
+             at(4, "a", "slow", 2.0, True)]
+    out = head_to_head(found, table, model, opt, x, loss, repeats=1)
+    assert [(r["budget"], r["best_peer"], r.get("why")) for r in out] == [
+        (1, "a (slow)", None), (2, None, "no peer fits"), (3, None, "the planner's plan does not fit"),
+        (4, None, "the planner's plan does not fit: gradients wrong ... (peers_table's why)")]
+    assert out[0]["planner_over_best_peer"] > 0
 
 
 def test_a_method_whose_every_setting_was_refused_is_a_refused_row_and_a_planner_that_did_not_run_is_an_error():
@@ -234,7 +269,7 @@ def test_the_bar_needs_a_race_the_planner_fitting_everywhere_and_every_ratio_wit
     assert bar_holds([raced(0.9), raced(1.03), alone])
     assert not bar_holds([raced(0.9), raced(1.031)])
     assert not bar_holds([raced(0.9), unfit])
-    assert not bar_holds([raced(0.9), {**unfit, "why": "the planner's plan does not fit: its gradients wrong ..."}])
+    assert not bar_holds([raced(0.9), {**unfit, "why": "the planner's plan does not fit: gradients wrong ..."}])
     assert not bar_holds([alone]) and not bar_holds([])
 
 
@@ -360,10 +395,18 @@ def test_a_peer_whose_backward_draws_fresh_masks_is_judged_wrong_never_fits_and_
     plan = [lk.plans.Step(i, i + 1, "keep") for i in range(len(model.blocks))]
     redraw = lambda: patched([(b, (lambda f: lambda *a, **k: checkpoint(  # noqa: E731
         f, *a, use_reentrant=False, preserve_rng_state=False, **k))(b.forward)) for b in model.blocks])
+
+    @contextlib.contextmanager
+    def reseeded():  # other masks in forward: its gradients are of another forward, and are not judged
+        torch.manual_seed(1)
+        yield
     found = [Setting("planner", lk.plans.describe(plan), lambda: applied(model, plan)),
              Setting("torch full", "every block", lambda: torch_full(model)),
-             Setting("no rng replay", "every block", redraw)]
+             Setting("no rng replay", "every block", redraw), Setting("reseeded", "x", reseeded)]
     rows = run_settings(found, model, opt, capstone.tokens, capstone.loss, repeats=1)
+    refused = rows.pop()
+    assert refused["error"].startswith("NotJudged: gradients not judged against the plain step: the forwards "
+                                       "differ"), refused
     verdicts = {r["method"]: (r["gradients"], r["gradient_difference"]) for r in rows}
     assert verdicts["planner"] == verdicts["torch full"] == ("bitwise", 0.0), verdicts
     assert verdicts["no rng replay"][0] == "wrong" and verdicts["no rng replay"][1] > 0.1, verdicts

@@ -178,9 +178,10 @@ def test_check_reports_a_lone_leaked_marker(tmp_path, marker):
 
 
 def run_cli(root: Path, *args: str, labs: tuple[Lab, ...] = DEMO) -> subprocess.CompletedProcess:
-    code = ("import sys, labkit.__main__ as m, labkit.course.catalog as c; from pathlib import Path; "
+    code = ("import sys, labkit.__main__ as m, labkit.cli.notebooks as n, labkit.course.catalog as c; "
+            "from pathlib import Path; "
             f"c.LABS = tuple(c.Lab(*lab) for lab in {[(lab.number, lab.name) for lab in labs]!r}); "
-            f"m.ROOT = Path({str(root)!r}); sys.exit(m.main({list(args)!r}))")
+            f"n.ROOT = Path({str(root)!r}); sys.exit(m.main({list(args)!r}))")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
 
 

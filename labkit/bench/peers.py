@@ -158,10 +158,11 @@ def _short(decisions: dict[str, float]) -> str:
 def run_settings(found: list[Setting], model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
                  loss_fn: Callable[[Any], torch.Tensor], repeats: int) -> list[dict[str, Any]]:
     """Each setting run for real: its measured peak, its one-step gradients judged against its reference's
-    (`gradients`: bitwise, rounding or wrong; `gradient_difference`; labkit.instruments.gradients, Rule R), and
-    its step time over the plain step's (median of `repeats` alternating pairs). The peak is the meter's, except
-    for Inductor's kernels, whose buffers no dispatch mode sees: the CUDA allocator's peak. A setting whose
-    gradients cannot be judged (its forward is not its reference's) is a refused row, saying why."""
+    (`gradients`: bitwise, rounding or wrong; `gradient_difference`; the rounding bound of
+    labkit.instruments.gradients), and its step time over the plain step's (median of `repeats` alternating
+    pairs). The peak is the meter's, except for Inductor's kernels, whose buffers no dispatch mode sees: the CUDA
+    allocator's peak. A setting whose gradients cannot be judged (its forward is not its reference's) is a refused
+    row, saying why."""
     plain_step = train_step(model, opt, x, loss_fn)
     rows = []
     for s in found:
@@ -268,7 +269,7 @@ def head_to_head(found: list[Setting], table: list[dict[str, Any]], model: nn.Mo
         fitting = [r for r in here[1:] if r["fits"] and _right(r)]  # a wrong setting never fits (peers_table)
         if not fitting or not mine["fits"]:  # nothing to race, or the planner does not fit: no ratio, said why
             why = ("no peer fits" if not fitting else "the planner's plan does not fit" if _right(mine) else
-                   f"the planner's plan does not fit: its {_wrong_why(mine)}")
+                   f"the planner's plan does not fit: {mine['why']}")  # peers_table's why: its gradients are wrong
             out.append({"budget": budget, "best_peer": None, "planner_over_best_peer": None, "why": why})
             continue
         best = min(fitting, key=lambda r: r["step_ratio"])

@@ -101,7 +101,7 @@ def _unplain(step: Step) -> str:
 
 
 JUDGE_STEPS = 4  # the forwards and backwards a plan's gradients take at most: the plan's and the plain step's,
-#                 then, where they differ, both again with dropout off (labkit.instruments.gradients, Rule R)
+#                 then, where they differ, both again with dropout off (the rounding bound of labkit.instruments.gradients)
 
 
 def race_steps(budgets: int) -> int:
