@@ -14,8 +14,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import labkit as lk
 from labkit.bench import lab07
-from labkit.bench.peers import budgets, peers_table
+from labkit.bench.peers import peers_table
 from labkit.instruments.gradients import judge
+from labkit.planners.capstone import budgets
 from labkit.planners.measuring import train_step
 from labkit.instruments.compiled import Compiled
 from labkit.instruments.meter import MemoryMeter

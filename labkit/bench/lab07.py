@@ -1,11 +1,12 @@
 """Lab 07's measurements: a plan for a budget against the fixed schemes, and the largest batch each one fits.
 
-``capstone`` builds the lab's language model (labkit.models.GPT at the profile's GPT shapes) and measures its
-profile (labkit.planners.profiling). ``rows`` runs each plan for real: the meter's peak of a steady training step
-against the predicted one, and the step time over the plain step's (medians of alternating runs) against the
-predicted ratio. ``batch_rows`` finds, by bisection with the meter, the largest batch whose step fits a
-budget under each scheme, the planner re-planning at every batch it tries from the bytes ``at_batch`` draws
-through two measured batches. ``plan`` is `labkit bench plan`.
+``capstone`` builds the lab's language model and measures its profile, ``budget_between`` draws a budget: both
+are labkit.planners.capstone's, which the leaderboard shares, named here as the lab calls them. ``rows`` runs
+each plan for real: the meter's peak of a steady training step against the predicted one, and the step time
+over the plain step's (medians of alternating runs) against the predicted ratio. ``batch_rows`` finds, by
+bisection with the meter, the largest batch whose step fits a budget under each scheme, the planner re-planning
+at every batch it tries from the bytes ``at_batch`` draws through two measured batches. ``plan`` is `labkit
+bench plan`.
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import contextlib
 import copy
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,48 +27,12 @@ from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import benchmark, compare
 from labkit.planners import applied, largest_batch, measure_step, profile_model
+from labkit.planners.capstone import Capstone, budget_between, capstone, capstone_config
 from labkit.plans import SCHEMES, BlockCosts, Option, Profile, Step, describe, peak_of, scheme_plan, step_ratio
 
 __all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", "MEASURED", "at_batch", "batch_rows",
            "batch_profiles", "predicted_batch", "batch_ceiling", "step_meters",
            "random_profile", "planning_seconds", "train_losses", "plan"]
-
-
-def capstone_config(size: Sizes, batch: int | None = None, dropout: float = 0.1) -> tuple[GPTConfig, int]:
-    """The lab's model: the profile's GPT shapes (`batch` sequences, default the profile's) and a vocabulary of
-    4 x hidden tokens; its forward under the profile's autocast (bfloat16 on the gpu profile)."""
-    cfg = size.gpt(batch=batch or size.batch, dropout=dropout, autocast=size.amp)
-    return cfg, 4 * size.hidden
-
-
-@dataclass
-class Capstone:
-    """The lab's model, its input tokens, its loss and its measured profile."""
-
-    model: GPT
-    tokens: torch.Tensor
-    profile: Profile
-
-    def loss(self, logits: torch.Tensor) -> torch.Tensor:
-        return next_token_loss(logits, self.tokens)
-
-
-def _model(size: Sizes, batch: int | None, device: str) -> tuple[GPT, torch.Tensor]:
-    cfg, vocab = capstone_config(size, batch)
-    return GPT(cfg, vocab).to(device), gpt_tokens(cfg, vocab, device=device)
-
-
-def capstone(size: Sizes, batch: int | None = None, repeats: int | None = None) -> Capstone:
-    """The lab's model at `batch`, on the profile's device, and its profile."""
-    model, tokens = _model(size, batch, size.device)
-    prof = profile_model(model, tokens, lambda out: next_token_loss(out, tokens), repeats=repeats or size.repeats)
-    return Capstone(model, tokens, prof)
-
-
-def budget_between(profile: Profile, n: int, share: float = 0.85) -> int:
-    """A budget `share` of the way from full recomputation's predicted peak up to keeping everything's."""
-    low, high = (peak_of(scheme_plan(name, n), profile) for name in ("full", "none"))
-    return int(low + share * (high - low))
 
 
 def _steady(model: nn.Module, tokens: torch.Tensor) -> tuple[nn.Module, torch.optim.Optimizer, Callable]:

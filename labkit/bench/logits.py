@@ -3,7 +3,7 @@
 A language model's last step turns each position's hidden state into `vocab` logits and cross-entropy over
 them. At GPT-2's vocabulary (50,257) or Llama 3's (128,256) those (b, s, vocab) tensors, and what
 cross-entropy saves for backward (its log-softmax, in float32), can outweigh every block's activations. The
-ledger measures both on the capstone's shapes (labkit.bench.lab07.capstone_config) at several sequence
+ledger measures both on the capstone's shapes (labkit.planners.capstone.capstone_config) at several sequence
 lengths. The fix measured beside it: the loss computed over chunks of positions, each chunk's logits under a
 checkpoint (non-reentrant), so only one chunk's logits exist at a time and backward recomputes them. The
 gradients are compared with the plain loss's: summed in chunks, they are equal up to float rounding, not bit
@@ -187,7 +187,7 @@ def logits(size: Sizes | None = None, seqs: Sequence[int] | None = None, chunks:
     first length where the blocks' outweigh the head's; chunked cross-entropy's peak cut and gradients; and the
     race of the plain loss, the kit's chunked one and PyTorch's (its "auto" chunks too) at the lab's sequence and
     the longest."""
-    from labkit.bench.lab07 import capstone_config
+    from labkit.planners.capstone import capstone_config
 
     cfg, _ = capstone_config(size or sizes(), batch=1, dropout=0.0)
     cfg = replace(cfg, autocast=None)  # the dtypes as stored: the ledger counts what autograd keeps in them

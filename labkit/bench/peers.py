@@ -34,12 +34,13 @@ from labkit.instruments.blocks import blocks_of
 from labkit.instruments.gradients import NotJudged, judge
 from labkit.instruments.meter import MemoryMeter
 from labkit.planners import applied
+from labkit.planners.capstone import COUNT, budgets
 from labkit.planners.measuring import train_step
 from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
 from labkit.planners.sac_milp import SacApplied, sac_decisions, torch_stats
-from labkit.plans import describe, peak_of, scheme_plan
+from labkit.plans import describe
 
-__all__ = ["recorded", "Setting", "settings", "run_settings", "peers_table", "head_to_head", "budgets",
+__all__ = ["recorded", "Setting", "settings", "run_settings", "peers_table", "head_to_head",
            "compare_with_peers", "foreign_figures", "COMPILE_BUDGETS", "SAC_SHARES"]
 
 RECORDED = Path(__file__).parent / "data"  # bench plan's figures, recorded: recorded()
@@ -294,16 +295,8 @@ def bar_holds(versus: list[dict[str, Any]]) -> bool:
     return bool(raced) and not unfit and all(r <= BAR for r in raced)
 
 
-def budgets(profile: Any, n: int, count: int = 5) -> list[int]:
-    """`count` budgets spread between full recomputation's predicted peak and keeping everything's (not at
-    either end: at full's own peak only full fits, at none's nothing needs planning)."""
-    low, high = (peak_of(scheme_plan(name, n), profile) for name in ("full", "none"))
-    return [int(low + (high - low) * (k + 0.5) / count) for k in range(count)]
-
-
-
 def compare_with_peers(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[Any], torch.Tensor], profile: Any,
-                       plan_for: Callable[[Any, int], list], count: int = 5, repeats: int = 11,
+                       plan_for: Callable[[Any, int], list], count: int = COUNT, repeats: int = 11,
                        blocks: str | None = None, **knobs: Any) -> dict[str, Any]:
     """The planner (plan_for(profile, budget)) against every peer at `count` budgets, on a copy of `model`
     training on x with Adam (gradients and its state made first: steady steps): every setting's row, the

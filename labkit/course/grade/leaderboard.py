@@ -1,8 +1,8 @@
 """`labkit grade --leaderboard`: lab 07's planners raced on the lab's model at the lab's budgets, ranked.
 
-Outside every box, once (``prepare``): the capstone's model (labkit.bench.lab07.capstone, from seed 0, on the
-grading profile) is profiled, the budgets are those `bench plan` races PyTorch's peers at (labkit.bench.peers.budgets),
-and the kit's reference planner, given by the caller (the CLI passes labkit.labs.capstone.plan_for: the answers are
+Outside every box, once (``prepare``): the capstone's model (labkit.planners.capstone, from seed 0, on the
+grading profile) is profiled, the budgets are those `bench plan` races PyTorch's peers at (its ``budgets``), and
+the kit's reference planner, given by the caller (the CLI passes labkit.labs.capstone.plan_for: the answers are
 never imported here), plans each. In each student's box, after the exercises (judge.py): a child loads the
 student's program and the judge calls its `plan_for(profile, budget)` through the pipe, as a remote checker calls
 a function; each plan comes back as data and is checked here (``plan_of``). Then a child that runs none of the
@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from labkit.instruments.gradients import GRADIENTS
+from labkit.planners.capstone import COUNT
 from labkit.plans import RECOMPUTE, Profile, Step, describe
 
 __all__ = ["LAB", "COUNT", "REPEATS", "TIE", "SLACK", "COLUMNS", "prepare", "plan_of", "race_steps", "race_seconds",
            "judged", "fill", "rows", "write", "described"]
 
 LAB = "07"
-COUNT = 5  # budgets: as many as bench plan races the peers at
 REPEATS = 5  # alternating pairs per budget (a tiny step takes milliseconds)
 TIE = 0.02  # ratios within 2% of a rank's fastest plan share its rank: a box's timing noise is about that size
 SLACK = 10  # the race's limit over its steps at the plain step: a plan's step may take twice as long, on a share of
@@ -47,14 +47,13 @@ def prepare(reference: Callable[[Profile, int], list[Step]], profile_name: str) 
     seconds, measured here (``race_seconds`` sizes the race's limit from it)}."""
     import torch
 
-    from labkit.bench.lab07 import capstone
-    from labkit.bench.peers import budgets
     from labkit.env.profile import sizes
+    from labkit.planners.capstone import budgets, capstone
 
     with torch.random.fork_rng():
         torch.manual_seed(0)
         profile = capstone(sizes(profile_name)).profile
-    chosen = budgets(profile, len(profile.blocks), COUNT)
+    chosen = budgets(profile, len(profile.blocks))  # COUNT of them, as bench plan races the peers at
     plans = {str(b): _steps(reference(profile, b)) for b in chosen}
     return {"profile": base64.b64encode(pickle.dumps(profile)).decode(), "budgets": chosen, "reference": plans,
             "step": profile.step}

@@ -418,12 +418,12 @@ def race(message: dict, fd_out: int, memory: int | None, left: list[int] | None 
                                         f"could not be ended (pids {', '.join(map(str, left[:5]))}): the race would "
                                         "time them too"))
         return
-    from labkit.bench.lab07 import capstone_config
     from labkit.env.profile import sizes
     from labkit.instruments.gradients import judge
     from labkit.instruments.timing import compare
     from labkit.models import GPT, gpt_tokens, next_token_loss
     from labkit.planners import applied, measure_step
+    from labkit.planners.capstone import capstone_config
     from labkit.planners.measuring import train_step
     from labkit.plans import Step
 
