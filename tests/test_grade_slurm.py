@@ -80,7 +80,8 @@ def test_the_docs_slurm_job_array_merged_is_one_run_s_gradebook(tmp_path):
     _class(tmp_path / "returned")
     script, merge = _docs_job(tmp_path / "returned", tmp_path / "parts")
     (tmp_path / "job.sh").write_text(script)
-    env = dict(os.environ, HOME=str(tmp_path / "home"))  # the key the parts are signed with: ~/.config/labkit/
+    env = dict(os.environ, HOME=str(tmp_path / "home"),  # the key the parts are signed with: ~/.config/labkit/
+               PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")  # the merge: the kit's python3
     submitted = subprocess.run(["sbatch", "--wait", f"--output={tmp_path}/slurm-%A_%a.out", "job.sh"], cwd=tmp_path,
                                env=env, capture_output=True, text=True, timeout=1800)
     logs = "\n".join(p.read_text()[-1500:] for p in sorted(tmp_path.glob("slurm-*.out")))
