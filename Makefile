@@ -19,7 +19,8 @@ test: $(STAMP)
 	LABKIT_PROFILE=cpu OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile $(NBVAL) solutions
 
 # The suites too long for `make test`, CI's second step after it, side by side on the two workers: a JupyterHub
-# booted for three students who pull a lab 00-01 bundle and run it in Chromium (tests/test_hub.py), and
+# booted for three students who pull a lab 00-01 bundle and run it in Chromium, and for an instructor who collects
+# and grades a class of hub homes from her own JupyterLab terminal (tests/test_hub.py), and
 # `labkit grade` against the red team's class of attacks (tests/test_grade_attacks.py) and `bench grade`'s generated
 # class of ten (tests/test_grade.py), and every lab's predicted peak against its solution run whole under the meter
 # (tests/test_lab_peaks.py), and every lab run whole under bfloat16 autocast on the CPU (tests/test_autocast_labs.py);
