@@ -12,7 +12,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 import labkit as lk
-from labkit.bench import lab02, lab04, lab06, lab07
+from labkit.bench import lab02, lab04, lab06
+from labkit.bench import plan as bench_plan
 from labkit.env.profile import sizes
 from labkit.env.sizes import FIXED, GPU_SHAPES
 
@@ -46,7 +47,7 @@ def test_a_bad_labkit_autocast_is_named(monkeypatch):
 
 
 @pytest.mark.parametrize("config", [lab02.recompute_config, lab04.long_config, lab06.rng_config,
-                                    lambda size: lab07.capstone_config(size)[0]],
+                                    lambda size: bench_plan.capstone_config(size)[0]],
                          ids=["02", "04-05", "06", "07"])
 def test_the_time_labs_models_take_the_profiles_autocast(config):
     assert config(BF16).autocast is torch.bfloat16
@@ -155,7 +156,7 @@ def test_lab07s_planner_under_autocast_predicts_every_scheme_and_its_plan_fits()
     inside the model's forward must not leave the trace's casts for the forward it was traced for."""
     from test_planning import every_scheme_and_the_plan_within_a_kibibyte_above_the_meter
 
-    c = lab07.capstone(BF16, repeats=1)
+    c = bench_plan.capstone(BF16, repeats=1)
     plans = every_scheme_and_the_plan_within_a_kibibyte_above_the_meter(c)
     for plan in plans.values():  # training under each is the plain training, bit for bit
-        assert lab07.train_losses(c, plan, steps=2) == lab07.train_losses(c, None, steps=2)
+        assert bench_plan.train_losses(c, plan, steps=2) == bench_plan.train_losses(c, None, steps=2)

@@ -14,7 +14,7 @@ import gpurows
 
 
 def test_meter_bench_reports_one_ratio_per_repeat():
-    figures = bench.meter(lk.sizes("tiny"))
+    figures = bench.meter.meter(lk.sizes("tiny"))
     assert figures["slowdown"] > 0 and len(figures["ratios"]) == lk.sizes("tiny").repeats
 
 
@@ -56,7 +56,7 @@ def test_every_benchmark_keeps_its_json_keys():
     assert set(bench.BENCHMARKS) == {"formula", "meter", "recompute", "segments", "schedule", "optimal", "policies", "roofline", "pitfalls", "plan", "fsdp",
                                    "compile", "logits", "parallel"}
     assert set(bench.formula()) == {"configs", "max_rel_error"}
-    assert set(bench.meter(lk.sizes("tiny"))) == {"slowdown", "ratios"}
+    assert set(bench.meter.meter(lk.sizes("tiny"))) == {"slowdown", "ratios"}
     keys = set(bench.recompute_comparison(lambda fn, *a: fn(*a), lk.sizes("tiny")).figures())
     assert keys == {"peak_ratio_vs_torch", "time_ratio_vs_torch", "peak_ratio_vs_none", "grads_bitwise_equal",
                     "time_ratio_vs_none", "peak_bytes", "config"}

@@ -58,7 +58,7 @@ def test_a_large_cards_batch_fits_the_explorer_and_the_batch_searches():
     box = lk.widgets.crossover_explorer(1000.0, 2.0, BIG.batch, states, batch=500, seq=BIG.seq)
     batch, _ = box.children[0].children
     assert batch.max >= 500 and batch.value == 500
-    from labkit.bench.lab07 import batch_ceiling
+    from labkit.bench.plan import batch_ceiling
     from labkit.planners.applying import largest_batch
 
     assert largest_batch(lambda b: b <= 700, 500, batch_ceiling(500)) == 700  # found above the start, not capped
@@ -67,7 +67,7 @@ def test_a_large_cards_batch_fits_the_explorer_and_the_batch_searches():
 
 
 def test_the_predicted_batch_search_starts_at_a_large_cards_batch():
-    from labkit.bench.lab07 import predicted_batch
+    from labkit.bench.plan import predicted_batch
     from labkit.plans import BlockCosts, Profile
 
     one, two = (Profile((BlockCosts(act, 100, 1.0),), base=0, floor=0, step=1.0) for act in (2000, 3000))  # batch 2, 3

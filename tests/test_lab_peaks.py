@@ -33,8 +33,8 @@ PART_CELLS = {
     "05": {"ceilings": (("from labkit.instruments.timing import timing_met",), 1.01),  # exact: the buffers' own sizes
            "long stack": (("model, x = lk.bench.long_stack(size)", "from labkit.labs.recompute import checkpoint_h"),
                           1.5)},
-    "07": {"plans' comparison": (("c = lk.bench.lab07.capstone(size", 'plans = {"planner": plan_for('), 1.5),
-           "batch search": (("batches = lk.bench.lab07.batch_rows(",), 1.5),
+    "07": {"plans' comparison": (("c = lk.bench.plan.capstone(size", 'plans = {"planner": plan_for('), 1.5),
+           "batch search": (("batches = lk.bench.plan.batch_rows(",), 1.5),
            "vocabulary": (("import dataclasses\n\nfrom labkit.bench.logits", "found = chunked_figures("), 1.5)},
 }
 

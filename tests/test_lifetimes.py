@@ -224,11 +224,11 @@ def test_the_static_twin_shows_the_steps_moments_in_order_each_stacked_to_its_li
 
 
 def test_lab07s_step_meters_record_each_plans_step_and_full_recomputation_keeps_less():
-    from labkit.bench import lab07
+    from labkit.bench import plan as bench_plan
 
-    c = lab07.capstone(lk.sizes("tiny"), repeats=1)
+    c = bench_plan.capstone(lk.sizes("tiny"), repeats=1)
     n = len(c.profile.blocks)
-    meters = lab07.step_meters(c, {"none": lk.plans.scheme_plan("none", n), "full": lk.plans.scheme_plan("full", n)})
+    meters = bench_plan.step_meters(c, {"none": lk.plans.scheme_plan("none", n), "full": lk.plans.scheme_plan("full", n)})
     assert set(meters) == {"none", "full"} and all(m.lifetimes for m in meters.values())
     assert any(life.phase == "recompute" for life in meters["full"].lifetimes)
     assert not any(life.phase == "recompute" for life in meters["none"].lifetimes)

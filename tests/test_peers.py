@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import labkit as lk
-from labkit.bench import lab07
+from labkit.bench import plan as bench_plan
 from labkit.bench.peers import peers_table
 from labkit.instruments.gradients import judge
 from labkit.planners.capstone import budgets
@@ -25,7 +25,7 @@ from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
 
 @pytest.fixture(scope="module")
 def capstone():
-    return lab07.capstone(lk.sizes("tiny"), repeats=1)
+    return bench_plan.capstone(lk.sizes("tiny"), repeats=1)
 
 
 def _steady(c):

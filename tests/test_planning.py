@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import labkit as lk
-from labkit.bench import lab07
+from labkit.bench import plan as bench_plan
 from labkit.planners import applied, largest_batch, measure_step, profile_model
 from labkit.planners.capstone import capstone_model
 from labkit.plans import (
@@ -273,14 +273,14 @@ def test_applied_offloads_the_offloaded_block_only(monkeypatch):
 # ---------------------------------------------------------------- measured, on the tiny profile
 @pytest.fixture(scope="module")
 def capstone():
-    return lab07.capstone(lk.sizes(), repeats=1)
+    return bench_plan.capstone(lk.sizes(), repeats=1)
 
 
 def every_scheme_and_the_plan_within_a_kibibyte_above_the_meter(c) -> dict:
     """The planner's plan (at a budget between full's and none's) and every fixed scheme, each measured by the
     meter: predicted never below it, at most a KiB above, the plan within its budget. Returns the plans."""
     n = len(c.profile.blocks)
-    budget = lab07.budget_between(c.profile, n)
+    budget = bench_plan.budget_between(c.profile, n)
     plans = {"planner": plan_for(c.profile, budget), **{s: scheme_plan(s, n) for s in lk.plans.SCHEMES}}
     for name, plan in plans.items():
         model = copy.deepcopy(c.model)
@@ -410,7 +410,7 @@ def test_a_plan_trains_the_same_model_bit_for_bit(capstone):
     c = capstone
     n = len(c.profile.blocks)
     plan = [Step(0, 1, SELECTIVE), Step(1, n, RECOMPUTE)] if n > 1 else [Step(0, 1, SELECTIVE)]
-    assert lab07.train_losses(c, plan, steps=3) == lab07.train_losses(c, None, steps=3)
+    assert bench_plan.train_losses(c, plan, steps=3) == bench_plan.train_losses(c, None, steps=3)
 
 
 def test_applied_restores_every_forward_and_one_patched_before_it(capstone):
@@ -456,15 +456,15 @@ def test_profiling_leaves_the_model_and_the_generator_as_they_were(capstone):
 @pytest.mark.parametrize("profile_name", ["tiny", "cpu"])
 def test_bytes_at_another_batch_follow_the_line_through_two_measured_batches(profile_name):
     size = lk.sizes(profile_name)
-    reference = lab07.capstone(size, repeats=1).profile
+    reference = bench_plan.capstone(size, repeats=1).profile
 
     def measured(batch):
         model, tokens = capstone_model(size, batch, size.device)
         return profile_model(model, tokens, lambda out: lk.next_token_loss(out, tokens), repeats=1,
                              seconds_from=reference)
-    low, high = (measured(b) for b in lab07.MEASURED)
+    low, high = (measured(b) for b in bench_plan.MEASURED)
     five = measured(5)
-    guess = lab07.at_batch(low, high, 5)
+    guess = bench_plan.at_batch(low, high, 5)
     assert [(b.act, b.inp, b.options, b.beside) for b in guess.blocks] == \
         [(b.act, b.inp, b.options, b.beside) for b in five.blocks]
     assert guess.floor == five.floor
@@ -477,7 +477,7 @@ def test_offload_moves_saved_tensors_out_and_trains_the_same(capstone):
     # must still be the plain one, bit for bit
     c = capstone
     plan = [Step(i, i + 1, OFFLOAD) for i in range(len(c.profile.blocks))]
-    assert lab07.train_losses(c, plan, steps=2) == lab07.train_losses(c, None, steps=2)
+    assert bench_plan.train_losses(c, plan, steps=2) == bench_plan.train_losses(c, None, steps=2)
 
 
 def test_saved_by_drops_the_gradients_its_backward_made():

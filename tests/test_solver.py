@@ -6,7 +6,7 @@ import torch
 import torch.fx as fx
 
 import labkit as lk
-from labkit.bench.solvers import peak_monotone, solver_rows
+from labkit.bench.compile import peak_monotone, solver_rows
 from labkit.planners.solver import SCALE, custom_solvers_supported, node_records, planner_solver
 from labkit.reference.selective import knapsack_keep
 
@@ -151,7 +151,7 @@ def test_a_solver_that_fails_is_a_row_and_the_peaks_order_is_judged_per_solver()
 
 
 def test_compile_tags_every_node_by_the_policy_and_saves_only_what_it_must():
-    from labkit.bench.solvers import compile_tags
+    from labkit.bench.compile import compile_tags
     from labkit.instruments.ops import trace
     from labkit.reference.selective import selective_keep, torch_policy
 
@@ -176,7 +176,7 @@ def test_compile_tags_every_node_by_the_policy_and_saves_only_what_it_must():
 def test_compile_tags_runs_under_a_meter_and_the_meter_sees_its_graphs():
     """A whole notebook measured under one MemoryMeter (tools/lab_peaks.py) once made dynamo refuse this compile
     (a dispatch mode active): the compile steps outside the meter, and its graphs run inside it."""
-    from labkit.bench.solvers import compile_tags
+    from labkit.bench.compile import compile_tags
     from labkit.instruments.ops import trace
     from labkit.reference.selective import selective_keep, torch_policy
 

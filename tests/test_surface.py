@@ -19,8 +19,7 @@ BEFORE = """ConvNet GPT GPTBlock GPTConfig GPTStack MLPChain MLPConfig advice.ad
 bench.lab02.step_meters bench.lab04.Policy bench.lab04._wrapped bench.lab04.compiled_runner bench.lab04.grads
 bench.lab04.head_to_head bench.lab04.kept_after_forward bench.lab04.saved_after_forward bench.lab04.standard_policies
 bench.lab04.step bench.lab05.op_rows bench.lab05.worst_ratio bench.lab06.costs bench.lab06.rng_config
-bench.lab06.train_losses bench.lab07.at_batch bench.lab07.batch_rows bench.lab07.budget_between bench.lab07.capstone
-bench.lab07.rows bench.lab07.train_losses bench.long_config bench.long_stack bench.mlp_chain bench.policy_rows
+bench.lab06.train_losses bench.long_config bench.long_stack bench.mlp_chain bench.policy_rows
 bench.recompute_comparison bench.segment_constants bench.segments_sweep bench.step_time_ratio benchmark compare doctor
 gpt_input harness.compare_step korthikanti_bytes korthikanti_terms layer_chain measure_peak mlp_input next_token_loss
 ops.trace parameter_bytes plots.crossover plots.largest_batches plots.loss_curves plots.measured_vs_predicted
@@ -33,6 +32,8 @@ RETIRED = {  # name -> its replacement, or why it is gone (an exercise's answer 
     "planning.profile_model": "planners.profile_model", "planning.seconds_of": "plans.seconds_of",
     "harness.difference": "Exercise 6.1's answer: the harness takes it as compare_step(..., difference=...)",
     "roofline.spec_predictions": "Exercise 5.1's roofline time at a spec sheet: lab 05 prices by the student's own",
+    **{f"bench.lab07.{name}": f"bench.plan.{name}"  # bench/ modules named as their benchmarks (issue 53)
+       for name in ("at_batch", "batch_rows", "budget_between", "capstone", "rows", "train_losses")},
 }
 
 

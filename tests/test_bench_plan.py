@@ -6,13 +6,13 @@ import json
 import pytest
 
 import labkit as lk
-from labkit import bench, plots
-from labkit.bench import lab07
+from labkit import plots
+from labkit.bench import plan as bench_plan
 
 
 @pytest.fixture(scope="module")
 def figures():
-    return bench.plan()
+    return bench_plan.plan()
 
 
 def test_plan_bench_prints_its_json_keys(figures):
@@ -34,7 +34,7 @@ def test_the_plan_fits_where_keeping_everything_does_not(figures):
     assert figures["measured_peak"] <= figures["budget_bytes"]
     assert abs(figures["predicted_peak"] - figures["measured_peak"]) <= 0.25 * figures["measured_peak"]
     plan = [lk.plans.Step(*s) for s in figures["plan"]]
-    assert lk.plans.check_plan(plan, lab07.capstone(lk.sizes(), repeats=1).profile) == plan
+    assert lk.plans.check_plan(plan, bench_plan.capstone(lk.sizes(), repeats=1).profile) == plan
 
 
 def test_the_largest_batches_grow_as_schemes_keep_less(figures):
@@ -45,7 +45,7 @@ def test_the_largest_batches_grow_as_schemes_keep_less(figures):
 
 
 def test_the_planners_speed_is_measured_on_200_blocks_of_four_ways(figures):
-    profile = lab07.random_profile(200)
+    profile = bench_plan.random_profile(200)
     assert len(profile.blocks) == 200 and all(set(b.ways()) == {"keep", "selective", "offload"} for b in profile.blocks)
     assert figures["planner_200_blocks_seconds"] > 0
 
