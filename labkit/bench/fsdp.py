@@ -60,6 +60,7 @@ from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.env.ranks import Fault, RankError, device_of, launch, on_gpus
 from labkit.instruments.tensors import tensor_storages
+from labkit.planners.measuring import train_steps
 
 __all__ = ["RANKS", "STEPS", "COMBINATIONS", "WAYS", "fsdp", "fsdp_config", "build", "checkpoint_blocks", "shard",
            "micro_batch", "reference_losses", "wrong_order", "attempt"]
@@ -224,18 +225,12 @@ def reference_losses(cfg: GPTConfig, steps: int = STEPS) -> list[float]:
     Adam(model.parameters()), on one thread as a rank: what every combination's mean loss over ranks must match."""
     model, x = GPTStack(cfg), gpt_input(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    losses, threads = [], torch.get_num_threads()
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # on a busy machine, several threads can take ten times as long
     try:
-        for _ in range(steps):
-            opt.zero_grad(set_to_none=True)
-            loss = model(x).square().mean()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        return train_steps(model, opt, x, lambda out: out.square().mean(), steps)
     finally:
         torch.set_num_threads(threads)
-    return losses
 
 
 # ---------------------------------------------------------------- the bench

@@ -27,7 +27,7 @@ from labkit.env.profile import sizes
 from labkit.env.sizes import Sizes
 from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import compare, wall_seconds
-from labkit.planners.measuring import train_step
+from labkit.planners.measuring import train_step, train_steps
 
 __all__ = ["train_losses", "rng_config", "SlowLoader", "loader_seconds", "costs", "pitfalls"]
 
@@ -50,16 +50,9 @@ def train_losses(model: nn.Module, x: torch.Tensor, scheme: Scheme, steps: int, 
     for p in model.parameters():
         p.grad = None  # deepcopy copies gradients; the first step starts without any
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
     with torch.random.fork_rng(devices=cuda_devices(x)):
         torch.manual_seed(seed)
-        for _ in range(steps):
-            opt.zero_grad(set_to_none=True)
-            loss = scheme(model, x).square().mean()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-    return losses
+        return train_steps(lambda y: scheme(model, y), opt, x, lambda out: out.square().mean(), steps)
 
 
 class SlowLoader:

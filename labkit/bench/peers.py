@@ -35,7 +35,7 @@ from labkit.instruments.gradients import NotJudged, judge
 from labkit.instruments.meter import MemoryMeter
 from labkit.planners import applied
 from labkit.planners.capstone import COUNT, budgets
-from labkit.planners.measuring import train_step
+from labkit.planners.measuring import train_step, train_steps
 from labkit.planners.peers import CompiledBlocks, torch_full, torch_sequential
 from labkit.planners.sac_milp import SacApplied, sac_decisions, torch_stats
 from labkit.plans import describe
@@ -362,16 +362,10 @@ def _trains_bitwise(model: nn.Module, x: torch.Tensor, loss_fn: Callable, plan: 
     for context in (contextlib.nullcontext, None):
         work = copy.deepcopy(model)
         opt = torch.optim.Adam(work.parameters())
-        losses = []
         with torch.random.fork_rng(devices=cuda_devices(x, model)):
             torch.manual_seed(0)
             with applied(work, plan, blocks) if context is None else context():
-                for _ in range(steps):
-                    opt.zero_grad(set_to_none=True)
-                    value = loss_fn(work(x))
-                    value.backward()
-                    opt.step()
-                    losses.append(value.item())
+                losses = train_steps(work, opt, x, loss_fn, steps)
         runs.append((losses, [p.detach() for p in work.parameters()]))
     (a, pa), (b, pb) = runs
     return a == b and all(torch.equal(p, q) for p, q in zip(pa, pb))

@@ -28,6 +28,7 @@ from labkit.instruments.tensors import cuda_devices
 from labkit.instruments.timing import benchmark, compare
 from labkit.planners import applied, largest_batch, measure_step, profile_model
 from labkit.planners.capstone import Capstone, budget_between, capstone, capstone_config
+from labkit.planners.measuring import train_step, train_steps
 from labkit.plans import SCHEMES, BlockCosts, Option, Profile, Step, describe, peak_of, scheme_plan, step_ratio
 
 __all__ = ["Capstone", "capstone_config", "capstone", "budget_between", "rows", "MEASURED", "at_batch", "batch_rows",
@@ -41,11 +42,7 @@ def _steady(model: nn.Module, tokens: torch.Tensor) -> tuple[nn.Module, torch.op
 
 
 def _timed_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor) -> Callable[[], None]:
-    def run() -> None:
-        opt.zero_grad(set_to_none=True)
-        next_token_loss(model(tokens), tokens).backward()
-        opt.step()
-    return run
+    return train_step(model, opt, tokens, lambda out: next_token_loss(out, tokens))
 
 
 def _planned_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor,
@@ -212,17 +209,10 @@ def train_losses(c: Capstone, plan: Sequence[Step] | None, steps: int, lr: float
     model, opt, loss = _steady(c.model, c.tokens)
     for g in opt.param_groups:
         g["lr"] = lr
-    losses = []
     with torch.random.fork_rng(devices=cuda_devices(c.tokens)):
         torch.manual_seed(seed)
         with applied(model, plan) if plan is not None else contextlib.nullcontext():
-            for _ in range(steps):
-                opt.zero_grad(set_to_none=True)
-                value = loss(model(c.tokens))
-                value.backward()
-                opt.step()
-                losses.append(value.item())
-    return losses
+            return train_steps(model, opt, c.tokens, loss, steps)
 
 
 def random_profile(n: int, seed: int = 0) -> Profile:

@@ -19,7 +19,7 @@ from labkit.instruments.ledger import Ledger
 from labkit.instruments.tensors import cuda_devices, tensor_storages
 from labkit.instruments.timing import benchmark
 
-__all__ = ["nbytes", "working_copy", "train_step", "step_seconds", "forward_seconds", "saved_under", "saved_by"]
+__all__ = ["nbytes", "working_copy", "train_step", "train_steps", "step_seconds", "forward_seconds", "saved_under", "saved_by"]
 
 Loss = Callable[[Any], torch.Tensor]
 
@@ -49,6 +49,20 @@ def train_step(model: Callable[[torch.Tensor], Any], opt: torch.optim.Optimizer,
         loss_fn(model(x)).backward()
         opt.step()
     return run
+
+
+def train_steps(model: Callable[[torch.Tensor], Any], opt: torch.optim.Optimizer, x: torch.Tensor, loss_fn: Loss,
+                steps: int) -> list[float]:
+    """`steps` training steps as train_step takes them, and each one's loss: a curve to compare, not a step to
+    measure (here a name holds each loss until backward has run, and its value is read after the step)."""
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
 
 
 def step_seconds(step: Callable[[], None], device: torch.device, repeats: int, warmup: int = 1) -> float:
