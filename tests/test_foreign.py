@@ -17,6 +17,7 @@ from labkit.instruments.meter import MemoryMeter
 from labkit.instruments.ops import trace
 from labkit.planners import applied, measure_step, profile_model, situation
 from labkit.planners.advice import scheme
+from labkit.planners.measuring import train_steps
 from labkit.plans import SCHEMES, Step, peak_of, scheme_plan, seconds_of
 from labkit.reference import selective as S
 from labkit.reference.capstone import least_budget, plan_for
@@ -32,16 +33,10 @@ def train(model: nn.Module, x: torch.Tensor, plan=None, steps: int = 3, blocks=N
     if isinstance(blocks, list):
         blocks = [model.get_submodule(paths[id(b)]) for b in blocks]
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    losses = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
         with applied(model, plan, blocks) if plan is not None else _nothing():
-            for _ in range(steps):
-                opt.zero_grad(set_to_none=True)
-                value = loss(model(x))
-                value.backward()
-                opt.step()
-                losses.append(value.item())
+            losses = train_steps(model, opt, x, loss, steps)
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
