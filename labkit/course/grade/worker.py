@@ -421,17 +421,16 @@ def race(message: dict, fd_out: int, memory: int | None, left: list[int] | None 
     from labkit.env.profile import sizes
     from labkit.instruments.gradients import judge
     from labkit.instruments.timing import compare
-    from labkit.models import GPT, gpt_tokens, next_token_loss
+    from labkit.models import next_token_loss
     from labkit.planners import applied, measure_step
-    from labkit.planners.capstone import capstone_config
+    from labkit.planners.capstone import capstone_model
     from labkit.planners.measuring import train_step
     from labkit.plans import Step
 
     if memory:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     torch.manual_seed(0)
-    cfg, vocab = capstone_config(sizes())
-    model, tokens = GPT(cfg, vocab), gpt_tokens(cfg, vocab)
+    model, tokens = capstone_model(sizes())  # the model the judge profiled (leaderboard.prepare), on the CPU
     opt = torch.optim.Adam(model.parameters())
     step = train_step(model, opt, tokens, lambda out: next_token_loss(out, tokens))
     step()  # gradients and Adam's state exist: every step measured is a steady one
