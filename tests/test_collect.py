@@ -117,8 +117,8 @@ def test_the_instructors_own_home_is_left_out_and_said_and_exclude_leaves_out_as
     (homes / "ta").mkdir()
     (homes / "ta" / LAB).write_text(worked("ta"))
     out = instructor / "labkit" / "returned"  # --out returned, run from her clone: inside her own home, accepted
-    done = _cli(*sorted(str(p) for p in homes.iterdir()), "--out", "returned", "--exclude", "ta", "ghost",
-                "--labs", "02", cwd=instructor / "labkit", home=instructor)
+    done = _cli("--exclude", "ta,ghost", *sorted(str(p) for p in homes.iterdir()), "--out", "returned",  # as typed
+                "--labs", "02", cwd=instructor / "labkit", home=instructor)  # --exclude before the homes: still homes
     stdout = done.stdout.decode()
     assert done.returncode == 0, done.stderr.decode()
     assert f"left out {instructor}: your own home ($HOME)" in stdout and f"left out {homes / 'ta'}: --exclude" in stdout
@@ -126,7 +126,7 @@ def test_the_instructors_own_home_is_left_out_and_said_and_exclude_leaves_out_as
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["ada", "grace"]
     assert set(json.loads((out / collect.CLASS_FILE).read_text())["students"]) == {"ada", "grace", "mallory"}
     inside_ta = _cli(*sorted(str(p) for p in homes.iterdir()), "--out", str(homes / "ta" / "out"), "--exclude", "ta",
-                     home=instructor)
+                     "--exclude", "ghost", home=instructor)
     assert inside_ta.returncode == 2 and b"inside the home" in inside_ta.stderr  # a TA could swap its folders
 
 
@@ -305,6 +305,25 @@ def test_links_to_folders_and_homes_that_are_links_are_not_followed(tmp_path):
     assert [r.split(":")[0] for r in records["grace"].refused] == [str(homes / "grace" / "classmate")]
     assert records["bob"].written == [] and "itself a link" in records["bob"].refused[0]
     assert "itself a link" in records["bob"].nothing["02"] and not (out / "bob").exists()
+
+
+def test_a_home_that_is_a_link_is_left_out_as_any_home_is_and_named_as_its_student(tmp_path):
+    """A linked home is never followed, yet --exclude, --roster, --strip and your own home hold for it as for a
+    folder (a linked TA's home was a refused student row; with --strip and --roster, a linked jupyter-ada was a row
+    of its own beside a missing ada)."""
+    homes, out = _homes(tmp_path), tmp_path / "returned"
+    elsewhere = tmp_path / "srv"
+    for name in ("jupyter-ada", "jupyter-ta", "jupyter-zed", "jupyter-me"):
+        (elsewhere / name).mkdir(parents=True)
+        (homes / name).symlink_to(elsewhere / name)
+    found = collect.collect([f"{homes}/jupyter-*"], out, labs=["02"], strip="jupyter-", exclude=["ta"],
+                            roster=["ada", "bea"], own=[elsewhere / "jupyter-me"])
+    rows = {h.student: h for h in found.homes}
+    assert sorted(rows) == ["ada", "bea"], sorted(rows)  # the linked ada once, by her name; bea on the roster alone
+    assert "itself a link" in rows["ada"].refused[0] and rows["ada"].path == homes / "jupyter-ada"
+    assert rows["bea"].path is None
+    said = "\n".join(found.left_out)
+    assert "jupyter-ta: --exclude" in said and "'zed' is not on --roster" in said and "your own home" in said, said
 
 
 def test_a_fifo_or_an_oversized_file_is_refused_unread(tmp_path):

@@ -25,8 +25,9 @@ def add(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--labs", help="comma-separated lab numbers to collect (default: all)")
     p.add_argument("--strip", default="", help="a prefix of the home folders' names to drop (jupyter- on The "
                                                "Littlest JupyterHub)")
-    p.add_argument("--exclude", nargs="+", action="extend", metavar="NAME",
-                   help="homes that are no student's (teaching assistants), by folder or student name")
+    p.add_argument("--exclude", action="extend", type=lambda names: names.split(","), default=[], metavar="NAME",
+                   help="a home that is no student's (a teaching assistant), by folder or student name; again, or "
+                        "comma-separated, for more (one value each, so that the homes after it stay homes)")
     p.add_argument("--roster", metavar="FILE", help="the class, one student's name a line: a name without a home "
                                                     "is a missing row of the gradebook, a home not on it left out")
     p.set_defaults(run=collect)

@@ -485,9 +485,7 @@ class _Choice:
     def take(self, home: Path) -> None:
         """One path given: a student of the class, or left out and said why."""
         if home.is_symlink():
-            self.homes.append(Home(home, shown(home.name), refused=[
-                f"{shown(home)}: the home is itself a link (to {shown(_link_target(home))}), not followed"]))
-            return
+            return self.linked(home)
         if not home.is_dir():
             return self.leave(home, "not a folder, so no one's home" if os.path.lexists(home) else "no such folder")
         real, real_out = _resolve(home), _resolve(self.out)
@@ -498,7 +496,19 @@ class _Choice:
             return self.leave(home, "the --out folder")
         self.keep_out_of(home, real, real_out)
         if real in self.own:
-            return self.leave(home, "your own home ($HOME), never a student's (--exclude NAME leaves out others)")
+            return self.leave(home, OWN_HOME)
+        self.admit(home)
+
+    def linked(self, home: Path) -> None:
+        """A home that is itself a link: never followed, yet left out as any home is (yours, --exclude, not on
+        --roster), else its student's row, refused, under the name --strip gives it."""
+        if _resolve(home) in self.own:
+            return self.leave(home, OWN_HOME)
+        self.admit(home, f"{shown(home)}: the home is itself a link (to {shown(_link_target(home))}), not followed")
+
+    def admit(self, home: Path, refused: str | None = None) -> None:
+        """`home`'s student in the class, unless --exclude or --roster leaves them out; `refused`: why nothing
+        of theirs is collected."""
         try:
             student = _student(home, self.strip)
         except CollectError as e:
@@ -513,7 +523,10 @@ class _Choice:
             raise CollectError(f"{shown(home)} and {shown(self.students[student])} are both student {student!r}; "
                                "collect them apart, or give --strip to name them")
         self.students[student] = home
-        self.homes.append(Home(home, student))
+        self.homes.append(Home(home, student, refused=[refused] if refused else []))
+
+
+OWN_HOME = "your own home ($HOME), never a student's (--exclude NAME leaves out others)"
 
 
 def _homes(given: list[Path], choice: _Choice) -> None:
