@@ -417,3 +417,24 @@ def test_a_peer_whose_backward_draws_fresh_masks_is_judged_wrong_never_fits_and_
     assert wrong["fits"] is False and wrong["why"].startswith("gradients wrong against the plain step"), wrong
     (raced,) = head_to_head(found, table, model, opt, capstone.tokens, capstone.loss, repeats=1)
     assert raced["best_peer"] == "torch full (every block)", raced
+
+
+def test_compile_at_budget_1_draws_nothing_in_backward_where_a_lower_budget_does():
+    """The step compile's budgets are judged against, compile at budget 1, recomputes no random op: measured here,
+    not assumed (bench plan judges budget 1 against itself, so its 'bitwise' says nothing of it). Below 1 the same
+    instrument sees the backward's redraw (pytorch/pytorch#190758), so its 0 at budget 1 is not blindness."""
+    from labkit.instruments.compiled import RandomDraws
+    from labkit.models import next_token_loss
+    from labkit.planners.capstone import capstone_model
+
+    torch.manual_seed(0)
+    model, tokens = capstone_model(lk.sizes("tiny"))
+    counts = {}
+    for budget in (1.0, 0.2):
+        with CompiledBlocks(model, budget) as blocks, blocks.ran(f"compile budget {budget:g}"):
+            next_token_loss(model(tokens), tokens).backward()  # compiles each block's graphs
+            with RandomDraws() as draws:
+                next_token_loss(model(tokens), tokens).backward()
+        counts[budget] = (draws.count("forward"), draws.count("backward"))
+    assert counts[1.0][0] > 0 and counts[1.0][1] == 0, counts
+    assert counts[0.2][1] > 0, counts

@@ -22,7 +22,7 @@ from labkit.env.sizes import FIXED, GPU_SHAPES, MEASURE_SIZES, Sizes
 from labkit.models import GPTConfig, gpt_param_count, korthikanti_bytes
 
 # each lab's predicted (allocated) peak stays under this share of the memory free; the rest is the caching
-# allocator's: gpu-check holds each lab's reserved peak to RESERVE_FACTOR x the prediction (labkit.course.gpurows),
+# allocator's: gpu-check holds each lab's reserved peak to RESERVE_FACTOR x the prediction (tools/gpurows.py),
 # so a lab reserves at most 0.7 x 1.3 = 91% of what was free (measured on an H200: at most 1.001x the prediction)
 FRACTION = 0.7
 FLOOR_BYTES = 4 * 2**30  # below this much free memory the GPU is too small: the cpu sizes are used
