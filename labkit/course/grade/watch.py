@@ -100,12 +100,13 @@ class Watch:
             space = os.readlink(f"/proc/{pid}/ns/mnt")
         except OSError:
             return []
-        if space not in self._boxes:  # a box cannot mount: its namespace's mounts are read once
+        if space not in self._boxes:  # once a poll for all the processes of one namespace (see held)
             self._boxes[space] = [(d, point) for d, point in tmpfs_of(pid) if d not in self._host]
         return self._boxes[space]
 
     def held(self, pids: list[int]) -> int:
         """Bytes the box's processes `pids` hold: see the module's note."""
+        self._boxes.clear()  # each namespace's tmpfs read once a poll (a box's first poll can meet bwrap mid-setup)
         total, devices, memfds = 0, set(), set()
         for pid in pids:
             for device, point in self._box_tmpfs(pid):
