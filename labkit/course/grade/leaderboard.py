@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from labkit.course.grade.report import cell
 from labkit.instruments.gradients import GRADIENTS
 from labkit.planners.capstone import COUNT
 from labkit.plans import RECOMPUTE, Profile, Step, describe
@@ -182,12 +183,6 @@ def _row(budget: int, student: str, found: dict[str, Any]) -> dict[str, Any]:
             "plan": found.get("plan", ""), "why": why}
 
 
-def _cell(value: Any) -> str:
-    """A field as the gradebook writes one: printable, at most 500 characters, never a formula."""
-    text = "".join(c if c.isprintable() else " " for c in str(value))[:500]
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
-
-
 def _shown(row: dict) -> dict:
     ratio = row["over_reference"]
     return {**row, "over_reference": f"{ratio:.3f}" if isinstance(ratio, float) else ratio,
@@ -201,7 +196,7 @@ def write(table: list[dict], folder: Path) -> tuple[Path, Path]:
     with book.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: _cell(v) for k, v in _shown(r).items()} for r in table)
+        writer.writerows({k: cell(v) for k, v in _shown(r).items()} for r in table)
     page.write_text(_html(table), encoding="utf-8")
     return book, page
 
