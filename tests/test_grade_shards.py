@@ -510,6 +510,18 @@ def test_an_unreadable_part_or_twin_is_refused_naming_it(tmp_path):
         _merged(parts)
 
 
+def test_a_part_larger_than_any_class_s_is_refused_unread(tmp_path, monkeypatch):
+    """A forged part of GiBs (a roster of 10**9 names) is refused by its size before it is parsed, naming it."""
+    parts = _write_parts(_class(2), tmp_path, 1)
+    monkeypatch.setattr(shards, "PART_BYTES", parts[0].stat().st_size - 1)  # the CSV; its JSON twin is larger
+    with pytest.raises(shards.ShardError, match=rf"^{parts[0]}: over [\d,]+ B, more than any class's part holds"):
+        _merged(parts)
+    twin = parts[0].with_suffix(".json")
+    monkeypatch.setattr(shards, "PART_BYTES", twin.stat().st_size - 1)
+    with pytest.raises(shards.ShardError, match=rf"^{twin} \(the JSON beside .*\): over [\d,]+ B, more than any"):
+        _merged(parts)
+
+
 def _twin_alone(part: Path) -> None:
     whole = _whole(part)
     row = next(r for r in whole["rows"] if r["status"] != "passed")

@@ -270,11 +270,7 @@ def _json(text: str, where: str) -> object:
 
 def _whole(path: Path, where: str) -> dict:
     """A gradebook's JSON, the part's own or the twin beside its CSV."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as e:
-        raise ShardError(f"{where}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
-    whole = _json(text, where)
+    whole = _json(_text_of(path, where), where)
     if not isinstance(whole, dict):
         raise ShardError(f"{where}: not a JSON object of a gradebook (it holds a {type(whole).__name__})")
     return whole
@@ -290,11 +286,24 @@ class _Part:
     signed: list[tuple[str, object, bytes]]
 
 
-def _text_of(path: Path) -> str:
+PART_BYTES = 256 * 2**20  # a part's file at most: a class of thousands is tens of MiB; a forged roster of 10**9 names,
+#                          GiBs, is refused before it is read
+
+
+def _text_of(path: Path, where: str | None = None) -> str:
+    """A part's file as text, `where` (default: its path) naming it in a refusal."""
+    where = where or str(path)
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as e:
-        raise ShardError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+        with path.open("rb") as f:
+            raw = f.read(PART_BYTES + 1)
+    except OSError as e:
+        raise ShardError(f"{where}: cannot be read ({e.strerror or e})") from None
+    if len(raw) > PART_BYTES:
+        raise ShardError(f"{where}: over {PART_BYTES:,} B, more than any class's part holds; not read")
+    try:  # as read_text reads it: universal newlines
+        return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8").read()
+    except ValueError as e:
+        raise ShardError(f"{where}: cannot be read ({e})") from None
 
 
 def _as_csv(rows: list[Row]) -> list[str]:
