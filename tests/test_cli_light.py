@@ -164,3 +164,7 @@ def test_grade_merge_is_a_command_of_its_own_with_its_own_help():
     typo = subprocess.run([sys.executable, "-m", "labkit", "grade", "merge", "p.csv", "--outt", "x"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert typo.returncode == 2 and "unrecognized arguments: --outt x" in typo.stderr  # not grading's: argparse's
+    late = subprocess.run([sys.executable, "-m", "labkit", "grade", "--labs", "02", "merge", "p.json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)  # merge after an option: no part
+    assert late.returncode == 2 and late.stderr.startswith("labkit grade: 'merge' is no submission here; to join "
+                                                           "parts, merge comes right after grade"), late.stderr

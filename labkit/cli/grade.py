@@ -92,6 +92,9 @@ def _parsed(args: argparse.Namespace) -> _Run:
     from labkit.course.grade import report, shards
     from labkit.course.grade.options import Limits, Options
 
+    if "merge" in args.submissions and not os.path.lexists("merge"):  # `grade --labs 02 merge ...`: a typo
+        raise ValueError(f"'merge' is no submission here; to join parts, merge comes right after grade: {MERGE} "
+                         "PART... [--out grades.csv]")
     labs = release.parse_labs(args.labs, release.labs(ROOT), in_order=False)
     shard = shards.parse(args.shard) if args.shard is not None else None
     if args.leaderboard:
