@@ -130,6 +130,22 @@ def test_the_instructors_own_home_is_left_out_and_said_and_exclude_leaves_out_as
     assert inside_ta.returncode == 2 and b"inside the home" in inside_ta.stderr  # a TA could swap its folders
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give files away")
+def test_under_sudo_what_is_collected_belongs_to_the_user_who_ran_it(tmp_path, monkeypatch):
+    """The docs' collect as root (sudo -E), then grade as herself: the copies, their folders, --out and the class
+    file are hers, still 0600 and 0700 (they were root's, so her grade could not read them)."""
+    homes, out = _homes(tmp_path), tmp_path / "returned"
+    monkeypatch.setenv("SUDO_UID", "4321")
+    monkeypatch.setenv("SUDO_GID", "4322")
+    _collect(homes, out, labs=["02"])
+    made = [out, *out.rglob("*")]
+    assert {(p.stat().st_uid, p.stat().st_gid) for p in made} == {(4321, 4322)}, made
+    assert {p.stat().st_mode & 0o777 for p in made} == {0o600, 0o700}
+    monkeypatch.delenv("SUDO_UID")  # not under sudo: whoever collects keeps them
+    _collect(homes, tmp_path / "again", labs=["02"])
+    assert {p.stat().st_uid for p in (tmp_path / "again").rglob("*")} == {os.geteuid()}
+
+
 def test_sudo_leaves_out_the_home_of_the_user_who_ran_it(monkeypatch):
     monkeypatch.setenv("HOME", "/root")
     monkeypatch.setenv("SUDO_USER", "root")  # the one user every machine has: its home from the password database

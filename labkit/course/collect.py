@@ -43,7 +43,9 @@ Rule 5. `--out` must be new or empty, or an earlier run's files would be graded 
 Rule 6. Everything refused for the whole run is refused before anything is written: two homes taking one student's
     name, and `--out` inside a home given but that of whoever collects (its owner could swap the folders written
     through for links to anywhere).
-Rule 7. Copies are the students' work: written 0600 in folders 0700, as new files (O_EXCL), never through a link.
+Rule 7. Copies are the students' work: written 0600 in folders 0700, as new files (O_EXCL), never through a link;
+    under sudo they, their folders, --out and the class file belong to the user who ran it (SUDO_UID), who grades
+    them as herself.
 """
 from __future__ import annotations
 
@@ -343,11 +345,27 @@ def _write(out: Path, student: str, name: str, data: bytes) -> Path:
     folder = out / student
     if not folder.is_dir():
         os.mkdir(folder, 0o700)
+        _give(folder)
     target = folder / name
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    _give(fd)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     return target
+
+
+def collector() -> tuple[int, int] | None:
+    """Who the copies are for where that is not who writes them: under sudo, the user who ran it (SUDO_UID,
+    SUDO_GID), so that she grades them as herself; None otherwise."""
+    uid, gid = os.environ.get("SUDO_UID", ""), os.environ.get("SUDO_GID", "")
+    return (int(uid), int(gid)) if os.geteuid() == 0 and uid.isdigit() and gid.isdigit() else None
+
+
+def _give(where: Path | int) -> None:
+    """`where` (a path, never followed, or an open file) to the collector, where there is one (See Rule 7)."""
+    owner = collector()
+    if owner is not None:
+        os.chown(where, *owner, **({} if isinstance(where, int) else {"follow_symlinks": False}))
 
 
 def _why_taken(copies: list[_Copy]) -> str:
@@ -545,6 +563,7 @@ def _homes(given: list[Path], choice: _Choice) -> None:
 def _write_class(out: Path, found: Collection) -> None:
     """The class, for `labkit grade`: a new file, private, as the copies are (See Rule 7)."""
     fd = os.open(out / CLASS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    _give(fd)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(found.record(), f, indent=1, ensure_ascii=False)
 
@@ -565,6 +584,7 @@ def collect(homes: list[str], out: Path, labs: list[str] | None = None, strip: s
                            f"{'; '.join(choice.left_out[:3])}); give the students' homes, /home/* say")
     signs = identity.signatures(Path(__file__).resolve().parents[2])
     os.makedirs(out, 0o700, exist_ok=True)
+    _give(out)
     for record in choice.homes:
         if record.path is None:
             record.nothing = dict.fromkeys(chosen, f"{record.student!r} is on --roster, and no home given is theirs")
