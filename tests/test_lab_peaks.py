@@ -35,7 +35,8 @@ PART_CELLS = {
                           1.5)},
     "07": {"plans' comparison": (("c = lk.bench.plan.capstone(size", 'plans = {"planner": plan_for('), 1.5),
            "batch search": (("batches = lk.bench.plan.batch_rows(",), 1.5),
-           "vocabulary": (("import dataclasses\n\nfrom labkit.bench.logits", "found = chunked_figures("), 1.5)},
+           "vocabulary": (("import dataclasses\n\nfrom labkit.bench.logits", "from labkit.bench.logits import race"),
+                          1.5)},
 }
 
 
