@@ -49,10 +49,10 @@ class Situation:
 def check_budget(budget: object, who: str = "budget") -> int:
     """`budget` if it is a positive whole number of bytes: a TypeError naming it when it is not an int (a bool is
     not), a ValueError when it is not positive (the kit's one convention, as lab 03's and lab 04's budgets)."""
+    why = (f"{who}: budget={budget!r} ({type(budget).__name__}) must be a positive int of bytes, "
+           "e.g. 2 * 2**30 for 2 GiB")
     if isinstance(budget, bool) or not isinstance(budget, int):
-        raise TypeError(f"{who}: budget={budget!r} ({type(budget).__name__}) must be a positive int of bytes, "
-                        "e.g. 2 * 2**30 for 2 GiB")
+        raise TypeError(why)
     if budget <= 0:
-        raise ValueError(f"{who}: budget={budget!r} ({type(budget).__name__}) must be a positive int of bytes, "
-                         "e.g. 2 * 2**30 for 2 GiB")
+        raise ValueError(why)
     return budget
